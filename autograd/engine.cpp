@@ -1,0 +1,144 @@
+// Recording eager prims (the grad hook) and running backward over the tape.
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/node.h"
+#include "autograd/vjp.h"
+#include "tensor/ops.h"
+
+namespace volt::autograd {
+
+Edge edge_for(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return {};
+  if (t.impl()->grad_fn) return {t.impl()->grad_fn, nullptr};
+  return {nullptr, t.impl_ptr()};
+}
+
+void set_history(Tensor& out, std::shared_ptr<Node> node) {
+  node->out_meta = {out.sizes(), out.dtype(), out.device()};
+  out.impl()->grad_fn = std::move(node);
+  out.impl()->requires_grad = true;
+}
+
+std::vector<Tensor> OpNode::apply(const Tensor& grad_out) {
+  VOLT_CHECK(!released, "backward",
+             "trying to backward through the graph a second time (through " << name()
+                 << "); its saved tensors were freed. Pass retain_graph=true the first time");
+  return vjp(call, grad_out);
+}
+
+std::string OpNode::name() const { return std::string(op_name(call.op)) + "_backward"; }
+
+void OpNode::release() {
+  released = true;
+  call.args.clear();
+}
+
+namespace {
+
+// The hook tensor/ calls after an eager prim ran with inputs that need grad.
+void record(const OpCall& call, std::vector<Tensor>& outputs) {
+  if (!is_differentiable(call.op)) return;
+  auto node = std::make_shared<OpNode>();
+  node->call.op = call.op;
+  node->call.attrs = call.attrs;
+  for (const Value& v : call.args) {
+    node->next.push_back(v.is_tensor ? edge_for(v.tensor) : Edge{});
+    // Saved without history: the rule needs the values, the edges keep the graph.
+    node->call.args.push_back(v.is_tensor ? Value(v.tensor.defined() ? v.tensor.detach() : Tensor()) : v);
+  }
+  for (Tensor& out : outputs)
+    if (is_floating(out.dtype())) set_history(out, node);
+}
+
+struct Registrar {
+  Registrar() { set_grad_hook(&record); }
+} g_registrar;
+
+void accumulate(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
+  Tensor grad = g;
+  if (grad.sizes() != leaf->sizes) grad = sum_to(grad, leaf->sizes);
+  if (grad.dtype() != leaf->dtype) grad = grad.to(leaf->dtype);
+  if (!leaf->grad) {
+    // A fresh tensor: the leaf must not alias a gradient that lives in the graph.
+    leaf->grad = grad.contiguous().is_same(grad) ? grad.clone().impl_ptr() : grad.contiguous().impl_ptr();
+  } else {
+    Tensor acc(leaf->grad);
+    acc.copy_(add(acc, grad));
+  }
+}
+
+}  // namespace
+
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  NoGradGuard no_grad;
+  std::unordered_map<Node*, Tensor> pending;  // gradient summed so far per node
+  std::vector<std::shared_ptr<Node>> order;   // reverse topological order
+  {
+    // Depth-first post-order, then reversed: every node before its inputs.
+    std::unordered_set<Node*> seen;
+    std::vector<std::pair<std::shared_ptr<Node>, size_t>> stack;
+    for (const Tensor& r : roots)
+      if (r.impl()->grad_fn && seen.insert(r.impl()->grad_fn.get()).second)
+        stack.push_back({r.impl()->grad_fn, 0});
+    while (!stack.empty()) {
+      auto& [node, i] = stack.back();
+      if (i < node->next.size()) {
+        const Edge& e = node->next[i++];
+        if (e.node && seen.insert(e.node.get()).second) stack.push_back({e.node, 0});
+      } else {
+        order.push_back(node);
+        stack.pop_back();
+      }
+    }
+    std::reverse(order.begin(), order.end());
+  }
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& r = roots[i];
+    Tensor g = grads[i];
+    if (!g.defined()) {
+      VOLT_CHECK(r.numel() == 1, "backward",
+                 "grad can be implicitly created only for scalar outputs, got " << r.meta_str());
+      g = Tensor::ones(r.sizes(), r.dtype(), r.device());
+    }
+    VOLT_CHECK(g.sizes() == r.sizes(), "backward",
+               "gradient " << shape_str(g.sizes()) << " does not match output " << shape_str(r.sizes()));
+    if (r.impl()->grad_fn) {
+      Tensor& p = pending[r.impl()->grad_fn.get()];
+      p = p.defined() ? add(p, g) : g;
+    } else {
+      accumulate(r.impl_ptr(), g);
+    }
+  }
+  for (const auto& node : order) {
+    auto it = pending.find(node.get());
+    if (it == pending.end()) continue;
+    Tensor g = it->second;
+    pending.erase(it);
+    std::vector<Tensor> in_grads = node->apply(g);
+    for (size_t i = 0; i < node->next.size() && i < in_grads.size(); ++i) {
+      const Edge& e = node->next[i];
+      if (!e.valid() || !in_grads[i].defined()) continue;
+      if (e.leaf) {
+        accumulate(e.leaf, in_grads[i]);
+      } else {
+        Tensor& p = pending[e.node.get()];
+        p = p.defined() ? add(p, in_grads[i]) : in_grads[i];
+      }
+    }
+    if (!retain_graph) node->release();
+  }
+}
+
+}  // namespace volt::autograd
+
+namespace volt {
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  VOLT_CHECK(requires_grad(), "backward",
+             "tensor " << meta_str() << " does not require grad and has no grad_fn");
+  autograd::run_backward({*this}, {gradient}, retain_graph);
+}
+
+}  // namespace volt

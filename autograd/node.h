@@ -1,0 +1,54 @@
+// The eager tape.  Each recorded op becomes a Node holding what its VJP rule
+// needs; backward() walks the nodes in reverse topological order.
+//
+//   auto w = volt::Tensor::randn({3}).requires_grad_();
+//   auto loss = (w * w).sum();
+//   loss.backward();          // w.grad() == 2 * w
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/dispatch.h"
+
+namespace volt::autograd {
+
+struct Node;
+
+// Where the gradient of one input goes: another node, or a leaf's .grad.
+struct Edge {
+  std::shared_ptr<Node> node;
+  std::shared_ptr<TensorImpl> leaf;
+  bool valid() const { return node || leaf; }
+};
+
+struct Node {
+  virtual ~Node() = default;
+  // Gradients for each input, given the gradient of the output.
+  virtual std::vector<Tensor> apply(const Tensor& grad_out) = 0;
+  virtual std::string name() const = 0;
+  // Frees saved tensors; a second backward through a released node is an error.
+  virtual void release() { released = true; }
+
+  std::vector<Edge> next;  // one per input
+  TensorMeta out_meta;     // shape/dtype/device of the output
+  bool released = false;
+};
+
+// A node for one eager prim: the call (with its tensors saved) and its VJP rule.
+struct OpNode final : Node {
+  OpCall call;
+  std::vector<Tensor> apply(const Tensor& grad_out) override;
+  std::string name() const override;
+  void release() override;
+};
+
+// The edge for a tensor that is an input of a new node.
+Edge edge_for(const Tensor& t);
+// Makes `out` the output of `node` (sets grad_fn and requires_grad).
+void set_history(Tensor& out, std::shared_ptr<Node> node);
+
+// Runs backward from `roots` with the given gradients (undefined = ones for scalars).
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph);
+
+}  // namespace volt::autograd

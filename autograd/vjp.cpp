@@ -1,0 +1,187 @@
+#include "autograd/vjp.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "tensor/ops.h"
+
+namespace volt::autograd {
+
+namespace {
+
+const Tensor& arg(const OpCall& c, size_t i) { return c.args[i].tensor; }
+
+// Reduces a broadcast gradient back to the argument's shape and dtype.
+Tensor fit(const Tensor& g, const Value& v) {
+  if (!v.is_tensor) return Tensor();
+  Tensor r = sum_to(g, v.tensor.sizes());
+  if (r.dtype() != v.tensor.dtype() && is_floating(v.tensor.dtype()))
+    r = convert_element_type(r, v.tensor.dtype());
+  return r;
+}
+
+// The operand as something ops accept (tensor or scalar).
+Value val(const OpCall& c, size_t i) { return c.args[i]; }
+
+Tensor matmul_grad_a(const Tensor& a, const Tensor& b, const Tensor& g);
+Tensor matmul_grad_b(const Tensor& a, const Tensor& b, const Tensor& g);
+
+}  // namespace
+
+bool is_differentiable(OpId op) {
+  switch (op_info(op).kind) {
+    case OpKind::Compare:
+    case OpKind::Random:
+    case OpKind::Factory:
+      return false;
+    default:
+      return op != OpId::logical_not && op != OpId::logical_and && op != OpId::logical_or &&
+             op != OpId::argmax && op != OpId::argmin;
+  }
+}
+
+std::vector<Tensor> vjp(const OpCall& c, const Tensor& g) {
+  const Attrs& at = c.attrs;
+  switch (c.op) {
+    // ---- unary: d/da ----
+    case OpId::neg: return {neg(g)};
+    case OpId::abs: return {where(gt(arg(c, 0), 0.0), g, where(lt(arg(c, 0), 0.0), neg(g), 0.0))};
+    case OpId::exp: return {mul(g, exp(arg(c, 0)))};
+    case OpId::log: return {div(g, arg(c, 0))};
+    case OpId::sqrt: return {div(g, mul(sqrt(arg(c, 0)), 2.0))};
+    case OpId::rsqrt: return {mul(g, mul(pow(arg(c, 0), -1.5), -0.5))};
+    case OpId::tanh: {
+      Tensor t = tanh(arg(c, 0));
+      return {mul(g, sub(1.0, mul(t, t)))};
+    }
+    case OpId::sigmoid: {
+      Tensor s = sigmoid(arg(c, 0));
+      return {mul(g, mul(s, sub(1.0, s)))};
+    }
+    case OpId::reciprocal: return {neg(div(g, mul(arg(c, 0), arg(c, 0))))};
+
+    // ---- binary ----
+    case OpId::add: return {fit(g, c.args[0]), fit(g, c.args[1])};
+    case OpId::sub: return {fit(g, c.args[0]), c.args[1].is_tensor ? fit(neg(g), c.args[1]) : Tensor()};
+    case OpId::mul:
+      return {c.args[0].is_tensor ? fit(mul(g, val(c, 1)), c.args[0]) : Tensor(),
+              c.args[1].is_tensor ? fit(mul(g, val(c, 0)), c.args[1]) : Tensor()};
+    case OpId::div: {
+      Tensor ga = c.args[0].is_tensor ? fit(div(g, val(c, 1)), c.args[0]) : Tensor();
+      Tensor gb;
+      if (c.args[1].is_tensor) {
+        const Tensor& b = arg(c, 1);
+        gb = fit(neg(div(mul(g, val(c, 0)), mul(b, b))), c.args[1]);
+      }
+      return {ga, gb};
+    }
+    case OpId::pow: {
+      Tensor ga, gb;
+      if (c.args[0].is_tensor) {
+        Value bm1 = c.args[1].is_tensor ? Value(sub(arg(c, 1), 1.0)) : Value(c.args[1].scalar.value - 1.0);
+        ga = fit(mul(mul(g, val(c, 1)), pow(val(c, 0), bm1)), c.args[0]);
+      }
+      if (c.args[1].is_tensor) {
+        Tensor p = pow(val(c, 0), val(c, 1));
+        Tensor la = c.args[0].is_tensor ? log(arg(c, 0)) : Tensor::scalar_tensor(std::log(c.args[0].scalar.value), arg(c, 1).dtype(), arg(c, 1).device());
+        gb = fit(mul(mul(g, p), la), c.args[1]);
+      }
+      return {ga, gb};
+    }
+    case OpId::maximum:
+    case OpId::minimum: {
+      // Ties split the gradient evenly, as PyTorch does.
+      Tensor win_a = c.op == OpId::maximum ? gt(val(c, 0), val(c, 1)) : lt(val(c, 0), val(c, 1));
+      Tensor tie = eq(val(c, 0), val(c, 1));
+      Tensor half = mul(g, 0.5);
+      Tensor ga = where(win_a, g, where(tie, half, 0.0));
+      Tensor gb = where(win_a, 0.0, where(tie, half, g));
+      return {fit(ga, c.args[0]), fit(gb, c.args[1])};
+    }
+
+    case OpId::where:
+      return {Tensor(), fit(where(val(c, 0), g, 0.0), c.args[1]), fit(where(val(c, 0), 0.0, g), c.args[2])};
+    case OpId::convert_element_type: {
+      DType in = arg(c, 0).dtype();
+      return {is_floating(in) ? convert_element_type(g, in) : Tensor()};
+    }
+
+    // ---- shape ----
+    case OpId::reshape: return {reshape(g, arg(c, 0).sizes())};
+    case OpId::permute: {
+      std::vector<int64_t> inv(at.ints.size());
+      for (size_t i = 0; i < at.ints.size(); ++i) inv[at.ints[i]] = static_cast<int64_t>(i);
+      return {permute(g, inv)};
+    }
+    case OpId::expand: return {sum_to(g, arg(c, 0).sizes())};
+    case OpId::narrow: {
+      int64_t dim = at.ints[0], start = at.ints[1], len = at.ints[2];
+      int64_t n = arg(c, 0).sizes()[dim];
+      return {pad(g, dim, start, n - start - len)};
+    }
+    case OpId::pad: return {narrow(g, at.ints[0], at.ints[1], arg(c, 0).sizes()[at.ints[0]])};
+    case OpId::copy: return {g};
+
+    // ---- reductions ----
+    case OpId::sum: {
+      const Tensor& a = arg(c, 0);
+      Shape kept = a.sizes();
+      for (int64_t d : at.ints) kept[d] = 1;
+      return {expand(reshape(g, kept), a.sizes())};
+    }
+    case OpId::amax:
+    case OpId::amin: {
+      // The gradient goes to the extremal elements, shared among ties.
+      const Tensor& a = arg(c, 0);
+      Tensor m = c.op == OpId::amax ? amax(a, at.ints, true) : amin(a, at.ints, true);
+      Tensor mask = convert_element_type(eq(a, m), a.dtype());
+      Tensor count = sum(mask, at.ints, true);
+      Shape kept = a.sizes();
+      for (int64_t d : at.ints) kept[d] = 1;
+      return {mul(div(mask, count), reshape(g, kept))};
+    }
+
+    // ---- linear algebra ----
+    case OpId::matmul:
+      return {matmul_grad_a(arg(c, 0), arg(c, 1), g), matmul_grad_b(arg(c, 0), arg(c, 1), g)};
+    case OpId::linear: {
+      // x (*, in), w (out, in), g (*, out)
+      const Tensor& x = arg(c, 0);
+      const Tensor& w = arg(c, 1);
+      Tensor g2 = g.dim() == 2 ? g : g.reshape({-1, w.sizes()[0]});
+      Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, w.sizes()[1]});
+      std::vector<Tensor> r{matmul(g, w), matmul(g2.t(), x2)};
+      if (c.args.size() == 3) r.push_back(sum(g2, {0}));
+      return r;
+    }
+    default:
+      VOLT_FAIL(op_name(c.op), "has no derivative");
+  }
+}
+
+namespace {
+
+// a (.., m, k) @ b (.., k, n) = (.., m, n); 1-D operands get a unit dim first.
+Tensor matmul_grad_a(const Tensor& a, const Tensor& b, const Tensor& g) {
+  Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+  Tensor g2 = g;
+  if (a.dim() == 1) g2 = g2.unsqueeze(g.dim() - (b.dim() == 1 ? 0 : 1));
+  if (b.dim() == 1) g2 = g2.unsqueeze(-1);
+  Tensor ga = matmul(g2, b2.transpose(-1, -2));
+  if (a.dim() == 1) return reshape(sum_to(ga, Shape{1, a.sizes()[0]}), a.sizes());
+  return sum_to(ga, a.sizes());
+}
+
+Tensor matmul_grad_b(const Tensor& a, const Tensor& b, const Tensor& g) {
+  Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+  Tensor g2 = g;
+  if (a.dim() == 1) g2 = g2.unsqueeze(g.dim() - (b.dim() == 1 ? 0 : 1));
+  if (b.dim() == 1) g2 = g2.unsqueeze(-1);
+  Tensor gb = matmul(a2.transpose(-1, -2), g2);
+  if (b.dim() == 1) return reshape(sum_to(gb, Shape{b.sizes()[0], 1}), b.sizes());
+  return sum_to(gb, b.sizes());
+}
+
+}  // namespace
+
+}  // namespace volt::autograd

@@ -1,0 +1,18 @@
+// One VJP rule per differentiable prim, written against the Tensor API.  Eager
+// backward calls it on real tensors; the jit's grad pass calls it on proxies and
+// so records the backward trace: one source of truth for derivatives.
+#pragma once
+#include <vector>
+
+#include "tensor/dispatch.h"
+
+namespace volt::autograd {
+
+// Gradients w.r.t. each argument of `call` (undefined for scalars and
+// non-differentiable arguments), given the gradient `g` of its output.
+std::vector<Tensor> vjp(const OpCall& call, const Tensor& g);
+
+// Whether the prim has a derivative at all (comparisons, argmax, uniform do not).
+bool is_differentiable(OpId op);
+
+}  // namespace volt::autograd

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Shared by run.sh and test.sh: installs what is missing, configures and builds volt.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+need=()
+command -v cmake >/dev/null || need+=(cmake)
+command -v g++ >/dev/null || need+=(g++)
+[ -f /usr/include/eigen3/Eigen/Core ] || need+=(libeigen3-dev)
+[ -f /usr/include/doctest/doctest.h ] || need+=(doctest-dev)
+[ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "volt: installing ${need[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+jobs=$(nproc 2>/dev/null || echo 2)
+if [ ! -f build/CMakeCache.txt ]; then
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${VOLT_CMAKE_ARGS:-} >/dev/null
+fi
+cmake --build build -j "$jobs" ${VOLT_BUILD_TARGETS:+--target $VOLT_BUILD_TARGETS}

@@ -1,0 +1,25 @@
+// The small interface a device provides: allocate, copy, run a prim, synchronise.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "tensor/dispatch.h"
+
+namespace volt {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual void* allocate(size_t nbytes, int device_index) = 0;
+  virtual void deallocate(void* p, int device_index) = 0;
+  // Copies src (any device, any strides) into dst (this device, same shape and dtype).
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  // Runs a prim whose outputs have already been allocated (views excepted).
+  virtual void run(const OpCall& call, std::vector<Tensor>& outputs) = 0;
+  virtual void synchronize() {}
+};
+
+Backend* backend_for(DeviceType type);  // null if the device has no backend in this build
+void register_backend(DeviceType type, Backend* backend);
+
+}  // namespace volt

@@ -1,0 +1,91 @@
+// Composite ops, each written once as a composition of other ops.  Eager mode
+// runs these (so autograd sees only prims); tracers record the composite as a
+// bound symbol and these prims as its decomposition.
+#include <cmath>
+
+#include "tensor/ops.h"
+
+namespace volt {
+
+namespace {
+
+Scalar zero_like(DType t) { return is_floating(t) ? Scalar(0.0) : Scalar(int64_t{0}); }
+
+int64_t reduced_count(const Tensor& a, const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= a.sizes()[d];
+  return n;
+}
+
+}  // namespace
+
+std::vector<Tensor> decompose(const OpCall& call) {
+  const Tensor& a = call.args.at(0).tensor;
+  const Attrs& at = call.attrs;
+  switch (call.op) {
+    case OpId::relu: {
+      // relu(x) = where(x > 0, x, 0)
+      Scalar z = zero_like(a.dtype());
+      return {where(gt(a, Value(z)), a, Value(z))};
+    }
+    case OpId::dropout: {
+      // Keep with probability 1-p, scale the kept values by 1/(1-p).
+      double keep = 1.0 - at.a;
+      Tensor u = uniform(a.sizes(), 0.0, 1.0, a.dtype(), a.device());
+      Tensor mask = lt(u, keep);
+      Tensor m = convert_element_type(mask, a.dtype());
+      return {mul(mul(a, m), 1.0 / keep)};
+    }
+    case OpId::mean: {
+      VOLT_CHECK(is_floating(a.dtype()), "mean", "expected a floating tensor, got "
+                                                     << dtype_name(a.dtype()));
+      return {div(sum(a, at.ints, at.flag), static_cast<double>(reduced_count(a, at.ints)))};
+    }
+    case OpId::var: {
+      VOLT_CHECK(is_floating(a.dtype()), "var", "expected a floating tensor, got "
+                                                    << dtype_name(a.dtype()));
+      Tensor m = mean(a, at.ints, true);
+      Tensor d = sub(a, m);
+      double n = static_cast<double>(reduced_count(a, at.ints)) - at.a;
+      return {div(sum(mul(d, d), at.ints, at.flag), n > 0 ? n : NAN)};
+    }
+    case OpId::softmax: {
+      int64_t dim = at.ints[0];
+      Tensor e = exp(sub(a, amax(a, {dim}, true)));
+      return {div(e, sum(e, {dim}, true))};
+    }
+    case OpId::log_softmax: {
+      // Shift by the max so exp never overflows.
+      int64_t dim = at.ints[0];
+      Tensor s = sub(a, amax(a, {dim}, true));
+      return {sub(s, log(sum(exp(s), {dim}, true)))};
+    }
+    case OpId::nll_loss: {
+      const Tensor& target = call.args.at(1).tensor;
+      VOLT_CHECK(a.dim() == 2, "nll_loss", "expected log-probabilities (N, C), got "
+                                               << shape_str(a.sizes()));
+      VOLT_CHECK(target.dim() == 1 && target.sizes()[0] == a.sizes()[0], "nll_loss",
+                 "expected target (" << a.sizes()[0] << "), got " << shape_str(target.sizes()));
+      VOLT_CHECK(is_integral(target.dtype()), "nll_loss",
+                 "expected an integer target, got " << dtype_name(target.dtype()));
+      int64_t n = a.sizes()[0], c = a.sizes()[1];
+      if (target.has_data() && target.numel() > 0) {
+        Tensor lo = amin(target), hi = amax(target);
+        VOLT_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < c, "nll_loss",
+                   "target values must lie in [0, " << c << "), got [" << lo.item<int64_t>()
+                                                    << ", " << hi.item<int64_t>() << "]");
+      }
+      // Pick logp[i, target[i]] with a one-hot mask: only prims, so it fuses and differentiates.
+      Tensor classes = Tensor::arange(static_cast<double>(c), target.dtype(), a.device());
+      Tensor onehot = eq(target.unsqueeze(1), classes);
+      Tensor picked = sum(where(onehot, a, 0.0));
+      return {div(neg(picked), static_cast<double>(n))};
+    }
+    case OpId::cross_entropy:
+      return {nll_loss(log_softmax(a, 1), call.args.at(1).tensor)};
+    default:
+      VOLT_FAIL(op_name(call.op), "has no decomposition");
+  }
+}
+
+}  // namespace volt

@@ -1,0 +1,491 @@
+// The CPU backend: plain loops over any strides, Eigen for matmul (cpu_matmul.cpp).
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <xmmintrin.h>
+#include <pmmintrin.h>
+
+#include "tensor/backend.h"
+#include "tensor/random.h"
+
+namespace volt {
+
+void cpu_matmul(const Tensor& a, const Tensor& b, Tensor& out);                   // cpu_matmul.cpp
+void cpu_linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);  // cpu_matmul.cpp
+
+namespace {
+
+// ---------------------------------------------------------------- strided walk
+// An operand of an elementwise loop: a base pointer and element strides already
+// broadcast to the output shape (0 along broadcast dims).
+struct Operand {
+  const char* ptr;
+  Shape strides;
+  size_t esize;
+};
+
+Operand operand_of(const Tensor& t, const Shape& out_shape) {
+  Operand o{static_cast<const char*>(t.raw_data()), Shape(out_shape.size(), 0), dtype_size(t.dtype())};
+  size_t lead = out_shape.size() - t.sizes().size();
+  for (size_t i = 0; i < t.sizes().size(); ++i)
+    o.strides[lead + i] = t.sizes()[i] == 1 ? 0 : t.strides()[i];
+  return o;
+}
+
+bool is_plain(const Operand& o, const Shape& shape) {
+  int64_t expected = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] == 1) continue;
+    if (o.strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+// out[i] = f(in0[...], in1[...], ...) for every element; out is contiguous.
+template <class R, class C, size_t N, class F>
+void elementwise(Tensor& out, const std::array<Operand, N>& in, F f) {
+  const Shape& shape = out.sizes();
+  int64_t n = out.numel();
+  R* o = static_cast<R*>(out.raw_data());
+  bool plain = true;
+  for (const Operand& op : in) plain &= is_plain(op, shape);
+  if (plain) {
+    std::array<const C*, N> p;
+    for (size_t k = 0; k < N; ++k) p[k] = reinterpret_cast<const C*>(in[k].ptr);
+#pragma omp parallel for if (n > (1 << 16)) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (N == 1) o[i] = static_cast<R>(f(p[0][i]));
+      else if constexpr (N == 2) o[i] = static_cast<R>(f(p[0][i], p[1][i]));
+      else o[i] = static_cast<R>(f(p[0][i], p[1][i], p[2][i]));
+    }
+    return;
+  }
+  // General case: walk the output in order, rows of the last dim at a time.
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  if (n == 0) return;
+  if (nd == 0) {
+    if constexpr (N == 1) o[0] = static_cast<R>(f(*reinterpret_cast<const C*>(in[0].ptr)));
+    else if constexpr (N == 2)
+      o[0] = static_cast<R>(f(*reinterpret_cast<const C*>(in[0].ptr), *reinterpret_cast<const C*>(in[1].ptr)));
+    else
+      o[0] = static_cast<R>(f(*reinterpret_cast<const C*>(in[0].ptr), *reinterpret_cast<const C*>(in[1].ptr),
+                              *reinterpret_cast<const C*>(in[2].ptr)));
+    return;
+  }
+  const int64_t inner = shape[nd - 1];
+  const int64_t rows = n / inner;
+#pragma omp parallel for if (n > (1 << 16)) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    std::array<const C*, N> p;
+    std::array<int64_t, N> s;
+    int64_t rem = r;
+    for (size_t k = 0; k < N; ++k) {
+      p[k] = reinterpret_cast<const C*>(in[k].ptr);
+      s[k] = in[k].strides[nd - 1];
+    }
+    for (int64_t d = nd - 2; d >= 0; --d) {
+      int64_t idx = rem % shape[d];
+      rem /= shape[d];
+      for (size_t k = 0; k < N; ++k) p[k] += idx * in[k].strides[d];
+    }
+    R* orow = o + r * inner;
+    for (int64_t j = 0; j < inner; ++j) {
+      if constexpr (N == 1) orow[j] = static_cast<R>(f(p[0][j * s[0]]));
+      else if constexpr (N == 2) orow[j] = static_cast<R>(f(p[0][j * s[0]], p[1][j * s[1]]));
+      else orow[j] = static_cast<R>(f(p[0][j * s[0]], p[1][j * s[1]], p[2][j * s[2]]));
+    }
+  }
+}
+
+// Copies a tensor of any strides into a contiguous one of another dtype.
+template <class R>
+void convert_into(Tensor& out, const Tensor& src) {
+  Operand o = operand_of(src, out.sizes());
+  VOLT_DISPATCH_DTYPE(src.dtype(), [&] {
+    elementwise<R, scalar_t, 1>(out, {o}, [](scalar_t a) { return static_cast<R>(a); });
+  });
+}
+
+// Operands in the compute dtype C: tensors of other dtypes are converted first,
+// scalars become one-element buffers with zero strides.
+struct Prepared {
+  std::vector<Tensor> keep;  // keeps converted copies and scalar buffers alive
+  std::vector<Operand> ops;
+};
+
+Prepared prepare(const OpCall& call, size_t first, DType c, const Shape& out_shape) {
+  Prepared p;
+  for (size_t i = first; i < call.args.size(); ++i) {
+    const Value& v = call.args[i];
+    Tensor t;
+    if (v.is_tensor) {
+      t = v.tensor;
+      if (t.dtype() != c) {
+        Tensor conv = Tensor::empty(t.sizes(), c, kCPU);
+        VOLT_DISPATCH_DTYPE(c, [&] { convert_into<scalar_t>(conv, t); });
+        t = conv;
+      }
+    } else {
+      t = Tensor::empty({}, c, kCPU);
+      VOLT_DISPATCH_DTYPE(c, [&] { *static_cast<scalar_t*>(t.raw_data()) = static_cast<scalar_t>(v.scalar.value); });
+    }
+    p.keep.push_back(t);
+    p.ops.push_back(operand_of(t, out_shape));
+  }
+  return p;
+}
+
+// ---------------------------------------------------------------- elementwise ops
+
+template <class T>
+T fmax_nan(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+  }
+  return a > b ? a : b;
+}
+template <class T>
+T fmin_nan(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+  }
+  return a < b ? a : b;
+}
+
+template <class C>
+void run_unary(OpId op, const Operand& a, Tensor& out) {
+  std::array<Operand, 1> in{a};
+  using F = std::conditional_t<std::is_floating_point_v<C>, C, float>;
+  switch (op) {
+    case OpId::neg:
+      if constexpr (!std::is_same_v<C, bool>) elementwise<C, C, 1>(out, in, [](C x) { return static_cast<C>(-x); });
+      return;
+    case OpId::abs:
+      if constexpr (!std::is_same_v<C, bool>)
+        elementwise<C, C, 1>(out, in, [](C x) { return static_cast<C>(x < 0 ? -x : x); });
+      return;
+    case OpId::logical_not: elementwise<bool, C, 1>(out, in, [](C x) { return !x; }); return;
+    default: break;
+  }
+  // Floating unary ops: integer inputs were converted to the float output type already.
+  if constexpr (std::is_floating_point_v<C>) {
+    switch (op) {
+      case OpId::exp: elementwise<C, C, 1>(out, in, [](C x) { return std::exp(x); }); return;
+      case OpId::log: elementwise<C, C, 1>(out, in, [](C x) { return std::log(x); }); return;
+      case OpId::sqrt: elementwise<C, C, 1>(out, in, [](C x) { return std::sqrt(x); }); return;
+      case OpId::rsqrt: elementwise<C, C, 1>(out, in, [](C x) { return C(1) / std::sqrt(x); }); return;
+      case OpId::tanh: elementwise<C, C, 1>(out, in, [](C x) { return std::tanh(x); }); return;
+      case OpId::sigmoid: elementwise<C, C, 1>(out, in, [](C x) { return C(1) / (C(1) + std::exp(-x)); }); return;
+      case OpId::reciprocal: elementwise<C, C, 1>(out, in, [](C x) { return C(1) / x; }); return;
+      default: break;
+    }
+  }
+  (void)sizeof(F);
+  VOLT_FAIL(op_name(op), "has no CPU kernel for this dtype");
+}
+
+template <class C>
+void run_binary(OpId op, const std::array<Operand, 2>& in, Tensor& out) {
+  switch (op) {
+    case OpId::add: elementwise<C, C, 2>(out, in, [](C a, C b) { return static_cast<C>(a + b); }); return;
+    case OpId::sub: elementwise<C, C, 2>(out, in, [](C a, C b) { return static_cast<C>(a - b); }); return;
+    case OpId::mul: elementwise<C, C, 2>(out, in, [](C a, C b) { return static_cast<C>(a * b); }); return;
+    case OpId::div:
+      if constexpr (std::is_floating_point_v<C>)
+        elementwise<C, C, 2>(out, in, [](C a, C b) { return a / b; });
+      return;
+    case OpId::pow:
+      elementwise<C, C, 2>(out, in, [](C a, C b) { return static_cast<C>(std::pow(a, b)); });
+      return;
+    case OpId::maximum: elementwise<C, C, 2>(out, in, [](C a, C b) { return fmax_nan(a, b); }); return;
+    case OpId::minimum: elementwise<C, C, 2>(out, in, [](C a, C b) { return fmin_nan(a, b); }); return;
+    case OpId::logical_and: elementwise<bool, C, 2>(out, in, [](C a, C b) { return a && b; }); return;
+    case OpId::logical_or: elementwise<bool, C, 2>(out, in, [](C a, C b) { return a || b; }); return;
+    case OpId::eq: elementwise<bool, C, 2>(out, in, [](C a, C b) { return a == b; }); return;
+    case OpId::ne: elementwise<bool, C, 2>(out, in, [](C a, C b) { return a != b; }); return;
+    case OpId::lt: elementwise<bool, C, 2>(out, in, [](C a, C b) { return a < b; }); return;
+    case OpId::le: elementwise<bool, C, 2>(out, in, [](C a, C b) { return a <= b; }); return;
+    case OpId::gt: elementwise<bool, C, 2>(out, in, [](C a, C b) { return a > b; }); return;
+    case OpId::ge: elementwise<bool, C, 2>(out, in, [](C a, C b) { return a >= b; }); return;
+    default: VOLT_FAIL(op_name(op), "has no CPU kernel");
+  }
+}
+
+// ---------------------------------------------------------------- reductions
+
+template <class T>
+void run_reduce(const OpCall& call, Tensor& out) {
+  const Tensor& a = call.args[0].tensor;
+  const auto& dims = call.attrs.ints;
+  const int64_t nd = a.dim();
+  // For each input dim, the stride of the output index (0 if reduced).
+  Shape out_strides(nd, 0);
+  {
+    int64_t acc = 1;
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      bool reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
+      if (!reduced) {
+        out_strides[d] = acc;
+        acc *= a.sizes()[d];
+      }
+    }
+  }
+  const int64_t n_out = out.numel();
+  const T* in = static_cast<const T*>(a.raw_data());
+  const int64_t n = a.numel();
+
+  if (call.op == OpId::argmax || call.op == OpId::argmin) {
+    int64_t dim = dims[0];
+    bool is_max = call.op == OpId::argmax;
+    int64_t* o = static_cast<int64_t*>(out.raw_data());
+    int64_t len = a.sizes()[dim], st = a.strides()[dim];
+    for (int64_t j = 0; j < n_out; ++j) {
+      // Position of output j in the input, along the non-reduced dims.
+      int64_t rem = j, base = 0;
+      for (int64_t d = nd - 1; d >= 0; --d) {
+        if (d == dim) continue;
+        int64_t idx = rem % a.sizes()[d];
+        rem /= a.sizes()[d];
+        base += idx * a.strides()[d];
+      }
+      int64_t best = 0;
+      T bv = in[base];
+      for (int64_t i = 1; i < len; ++i) {
+        T v = in[base + i * st];
+        bool nan_v = false, nan_b = false;
+        if constexpr (std::is_floating_point_v<T>) {
+          nan_v = std::isnan(v);
+          nan_b = std::isnan(bv);
+        }
+        if (nan_b) break;
+        if (nan_v || (is_max ? v > bv : v < bv)) {
+          best = i;
+          bv = v;
+        }
+      }
+      o[j] = best;
+    }
+    return;
+  }
+
+  using Acc = std::conditional_t<std::is_floating_point_v<T>, double,
+                                 std::conditional_t<std::is_same_v<T, bool>, int64_t, int64_t>>;
+  std::vector<Acc> acc(static_cast<size_t>(n_out));
+  bool is_sum = call.op == OpId::sum, is_max = call.op == OpId::amax;
+  std::vector<bool> seen(is_sum ? 0 : static_cast<size_t>(n_out), false);
+  if (n > 0) {
+    // Walk the input in index order.
+    Shape idx(nd, 0);
+    int64_t in_off = 0, out_off = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      Acc v = static_cast<Acc>(in[in_off]);
+      if (is_sum) {
+        acc[out_off] += v;
+      } else if (!seen[out_off]) {
+        acc[out_off] = v;
+        seen[out_off] = true;
+      } else {
+        acc[out_off] = is_max ? fmax_nan(acc[out_off], v) : fmin_nan(acc[out_off], v);
+      }
+      for (int64_t d = nd - 1; d >= 0; --d) {
+        if (++idx[d] < a.sizes()[d]) {
+          in_off += a.strides()[d];
+          out_off += out_strides[d];
+          break;
+        }
+        in_off -= (a.sizes()[d] - 1) * a.strides()[d];
+        out_off -= (a.sizes()[d] - 1) * out_strides[d];
+        idx[d] = 0;
+      }
+    }
+  }
+  VOLT_DISPATCH_DTYPE(out.dtype(), [&] {
+    scalar_t* o = static_cast<scalar_t*>(out.raw_data());
+    for (int64_t j = 0; j < n_out; ++j) o[j] = static_cast<scalar_t>(acc[j]);
+  });
+}
+
+// ---------------------------------------------------------------- the backend
+
+class CpuBackend final : public Backend {
+ public:
+  void* allocate(size_t nbytes, int) override {
+    void* p = nullptr;
+    size_t n = (nbytes + 63) / 64 * 64;
+    if (n == 0) n = 64;
+    p = std::aligned_alloc(64, n);
+    VOLT_CHECK(p != nullptr, "allocate", "out of memory allocating " << nbytes << " bytes on the CPU");
+    return p;
+  }
+  void deallocate(void* p, int) override { std::free(p); }
+
+  void copy(const Tensor& dst, const Tensor& src) override {
+    VOLT_CHECK(dst.device().is_cpu() && src.device().is_cpu(), "copy_",
+               "the CPU backend copies between CPU tensors only");
+    VOLT_CHECK(dst.dtype() == src.dtype() && dst.sizes() == src.sizes(), "copy_",
+               "expected " << dst.meta_str() << ", got " << src.meta_str());
+    if (dst.is_contiguous() && src.is_contiguous()) {
+      std::memmove(dst.raw_data(), src.raw_data(), dst.numel() * dtype_size(dst.dtype()));
+      return;
+    }
+    // Through a contiguous temporary, so overlapping views stay correct.
+    Tensor tmp = Tensor::empty(src.sizes(), src.dtype(), kCPU);
+    VOLT_DISPATCH_DTYPE(src.dtype(), [&] { convert_into<scalar_t>(tmp, src); });
+    Operand o = operand_of(tmp, dst.sizes());
+    // Scatter into dst's strides by walking dst as the "input" of a reversed copy.
+    VOLT_DISPATCH_DTYPE(dst.dtype(), [&] {
+      const scalar_t* s = reinterpret_cast<const scalar_t*>(o.ptr);
+      scalar_t* d = static_cast<scalar_t*>(dst.raw_data());
+      const Shape& sh = dst.sizes();
+      int64_t nd = dst.dim(), n = dst.numel();
+      Shape idx(nd, 0);
+      int64_t off = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        d[off] = s[k];
+        for (int64_t dd = nd - 1; dd >= 0; --dd) {
+          if (++idx[dd] < sh[dd]) {
+            off += dst.strides()[dd];
+            break;
+          }
+          off -= (sh[dd] - 1) * dst.strides()[dd];
+          idx[dd] = 0;
+        }
+      }
+    });
+  }
+
+  void run(const OpCall& call, std::vector<Tensor>& outs) override {
+    Tensor& out = outs[0];
+    const OpInfo& info = op_info(call.op);
+    for (const Value& v : call.args)
+      if (v.is_tensor && v.tensor.defined())
+        VOLT_CHECK(v.tensor.has_data(), info.name, "got a tensor without data (" << v.tensor.meta_str() << ")");
+    switch (info.kind) {
+      case OpKind::Unary: {
+        DType c = out.dtype() == DType::b8 ? call.args[0].tensor.dtype() : out.dtype();
+        Prepared p = prepare(call, 0, c, out.sizes());
+        VOLT_DISPATCH_DTYPE(c, [&] { run_unary<scalar_t>(call.op, p.ops[0], out); });
+        return;
+      }
+      case OpKind::Binary:
+      case OpKind::Compare: {
+        DType c = compute_dtype(call);
+        Prepared p = prepare(call, 0, c, out.sizes());
+        VOLT_DISPATCH_DTYPE(c, [&] { run_binary<scalar_t>(call.op, {p.ops[0], p.ops[1]}, out); });
+        return;
+      }
+      case OpKind::Ternary: {
+        DType c = out.dtype();
+        Prepared cond = prepare(call, 0, DType::b8, out.sizes());
+        Prepared ab = prepare(call, 1, c, out.sizes());
+        where_kernel({cond.ops[0], ab.ops[0], ab.ops[1]}, out);
+        return;
+      }
+      case OpKind::Convert:
+      case OpKind::Copy:
+        VOLT_DISPATCH_DTYPE(out.dtype(), [&] { convert_into<scalar_t>(out, call.args[0].tensor); });
+        return;
+      case OpKind::Random: {
+        int64_t n = out.numel();
+        const Attrs& at = call.attrs;
+        if (out.dtype() == DType::f32) {
+          float* o = static_cast<float*>(out.raw_data());
+          float lo = static_cast<float>(at.a), hi = static_cast<float>(at.b);
+#pragma omp parallel for if (n > (1 << 16))
+          for (int64_t i = 0; i < n; ++i) o[i] = philox_uniform_range_f32(at.seed, at.offset, i, lo, hi);
+        } else {
+          double* o = static_cast<double*>(out.raw_data());
+#pragma omp parallel for if (n > (1 << 16))
+          for (int64_t i = 0; i < n; ++i) o[i] = philox_uniform_range_f64(at.seed, at.offset, i, at.a, at.b);
+        }
+        return;
+      }
+      case OpKind::Factory:
+        VOLT_DISPATCH_DTYPE(out.dtype(), [&] {
+          scalar_t* o = static_cast<scalar_t*>(out.raw_data());
+          scalar_t v = static_cast<scalar_t>(call.attrs.a);
+          std::fill(o, o + out.numel(), v);
+        });
+        return;
+      case OpKind::Pad: {
+        VOLT_DISPATCH_DTYPE(out.dtype(), [&] {
+          scalar_t* o = static_cast<scalar_t*>(out.raw_data());
+          std::fill(o, o + out.numel(), scalar_t{});
+        });
+        const Tensor& a = call.args[0].tensor;
+        Tensor inner = out.narrow(call.attrs.ints[0], call.attrs.ints[1], a.size(call.attrs.ints[0]));
+        copy(inner, a);
+        return;
+      }
+      case OpKind::Reduce:
+        VOLT_DISPATCH_DTYPE(call.args[0].tensor.dtype(), [&] { run_reduce<scalar_t>(call, out); });
+        return;
+      case OpKind::Matmul:
+        if (call.op == OpId::matmul) cpu_matmul(call.args[0].tensor, call.args[1].tensor, out);
+        else cpu_linear(call.args[0].tensor, call.args[1].tensor,
+                        call.args.size() == 3 ? &call.args[2].tensor : nullptr, out);
+        return;
+      default:
+        VOLT_FAIL(info.name, "has no CPU kernel");
+    }
+  }
+
+ private:
+  static void where_kernel(const std::array<Operand, 3>& in, Tensor& out) {
+    VOLT_DISPATCH_DTYPE(out.dtype(), [&] {
+      Shape sh = out.sizes();
+      int64_t n = out.numel(), nd = out.dim();
+      scalar_t* o = static_cast<scalar_t*>(out.raw_data());
+      const bool* c = reinterpret_cast<const bool*>(in[0].ptr);
+      const scalar_t* a = reinterpret_cast<const scalar_t*>(in[1].ptr);
+      const scalar_t* b = reinterpret_cast<const scalar_t*>(in[2].ptr);
+      bool plain = is_plain(in[0], sh) && is_plain(in[1], sh) && is_plain(in[2], sh);
+      if (plain) {
+        for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? a[i] : b[i];
+        return;
+      }
+      Shape idx(nd, 0);
+      int64_t oc = 0, oa = 0, ob = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        o[k] = c[oc] ? a[oa] : b[ob];
+        for (int64_t d = nd - 1; d >= 0; --d) {
+          if (++idx[d] < sh[d]) {
+            oc += in[0].strides[d];
+            oa += in[1].strides[d];
+            ob += in[2].strides[d];
+            break;
+          }
+          oc -= (sh[d] - 1) * in[0].strides[d];
+          oa -= (sh[d] - 1) * in[1].strides[d];
+          ob -= (sh[d] - 1) * in[2].strides[d];
+          idx[d] = 0;
+        }
+      }
+    });
+  }
+};
+
+// Subnormal floats make arithmetic on x86 several times slower, and Adam's
+// moments drift into that range during training: flush them to zero (documented
+// default; VOLT_KEEP_DENORMALS=1 keeps IEEE behaviour).
+void set_flush_denormals() {
+  if (const char* e = std::getenv("VOLT_KEEP_DENORMALS"); e && e[0] == '1') return;
+  _MM_SET_FLUSH_ZERO_MODE(_MM_FLUSH_ZERO_ON);
+  _MM_SET_DENORMALS_ZERO_MODE(_MM_DENORMALS_ZERO_ON);
+}
+
+struct Registrar {
+  Registrar() {
+    static CpuBackend backend;
+    register_backend(DeviceType::CPU, &backend);
+    set_flush_denormals();
+#pragma omp parallel
+    set_flush_denormals();
+  }
+} g_registrar;
+
+}  // namespace
+}  // namespace volt

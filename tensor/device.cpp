@@ -1,0 +1,29 @@
+#include "tensor/device.h"
+
+#include "tensor/error.h"
+
+namespace volt {
+
+Device Device::parse(const std::string& s) {
+  if (s == "cpu") return cpu();
+  if (s == "lazy") return lazy();
+  if (s == "cuda") return cuda(0);
+  if (s.rfind("cuda:", 0) == 0) {
+    try {
+      return cuda(std::stoi(s.substr(5)));
+    } catch (const std::exception&) {
+    }
+  }
+  VOLT_FAIL("Device", "cannot parse '" << s << "' (expected cpu, cuda, cuda:N or lazy)");
+}
+
+std::string Device::str() const {
+  switch (type) {
+    case DeviceType::CPU: return "cpu";
+    case DeviceType::CUDA: return "cuda:" + std::to_string(index);
+    case DeviceType::Lazy: return "lazy";
+  }
+  return "?";
+}
+
+}  // namespace volt

@@ -1,0 +1,111 @@
+#include "tensor/dispatch.h"
+
+#include <array>
+
+#include "tensor/backend.h"
+
+namespace volt {
+
+namespace {
+thread_local DispatchMode* g_mode = nullptr;
+thread_local bool g_grad_enabled = true;
+GradHook g_grad_hook = nullptr;
+std::array<Backend*, 3> g_backends{};
+std::array<ItemResolver, 3> g_item_resolvers{};
+}  // namespace
+
+DispatchMode* current_mode() { return g_mode; }
+ModeGuard::ModeGuard(DispatchMode* mode) : prev_(g_mode) { g_mode = mode; }
+ModeGuard::~ModeGuard() { g_mode = prev_; }
+
+void set_item_resolver(DeviceType type, ItemResolver fn) {
+  g_item_resolvers[static_cast<size_t>(type)] = fn;
+}
+ItemResolver item_resolver(DeviceType type) { return g_item_resolvers[static_cast<size_t>(type)]; }
+
+bool grad_enabled() { return g_grad_enabled; }
+void set_grad_enabled(bool on) { g_grad_enabled = on; }
+void set_grad_hook(GradHook hook) { g_grad_hook = hook; }
+
+Backend* backend_for(DeviceType type) { return g_backends[static_cast<size_t>(type)]; }
+void register_backend(DeviceType type, Backend* backend) {
+  g_backends[static_cast<size_t>(type)] = backend;
+}
+
+std::vector<Tensor> dispatch(OpCall call) {
+  if (DispatchMode* m = g_mode) return m->run(call);
+  return run_eager(call);
+}
+
+Tensor dispatch1(OpCall call) { return dispatch(std::move(call)).at(0); }
+
+static bool needs_grad(const OpCall& call) {
+  if (!g_grad_enabled || !g_grad_hook) return false;
+  for (const Value& v : call.args)
+    if (v.is_tensor && v.tensor.defined() && v.tensor.requires_grad()) return true;
+  return false;
+}
+
+// A view shares its input's storage; only the metadata changes.
+static Tensor make_view(const OpCall& call, const TensorMeta& m) {
+  const Tensor& a = call.args[0].tensor;
+  const TensorImpl& in = *a.impl();
+  Shape strides;
+  int64_t offset = in.offset;
+  switch (call.op) {
+    case OpId::reshape: {
+      // Viewable when the input is contiguous; otherwise the caller made a copy first.
+      strides = contiguous_strides(m.sizes);
+      break;
+    }
+    case OpId::permute:
+      for (int64_t d : call.attrs.ints) strides.push_back(in.strides[d]);
+      break;
+    case OpId::expand: {
+      size_t lead = m.sizes.size() - in.sizes.size();
+      strides.assign(m.sizes.size(), 0);
+      for (size_t i = 0; i < in.sizes.size(); ++i)
+        strides[lead + i] = in.sizes[i] == m.sizes[lead + i] ? in.strides[i] : 0;
+      break;
+    }
+    case OpId::narrow:
+      strides = in.strides;
+      offset += call.attrs.ints[1] * in.strides[call.attrs.ints[0]];
+      break;
+    default:
+      VOLT_FAIL(op_name(call.op), "is not a view");
+  }
+  return make_tensor(in.storage, m.sizes, std::move(strides), offset, m.dtype, m.device);
+}
+
+std::vector<Tensor> run_prim(const OpCall& call) {
+  std::vector<TensorMeta> metas = infer_meta(call);
+  std::vector<Tensor> outs;
+  if (op_info(call.op).kind == OpKind::View && metas[0].device.type != DeviceType::Lazy) {
+    const Tensor& a = call.args[0].tensor;
+    if (call.op == OpId::reshape && !a.is_contiguous()) {
+      OpCall c{OpId::copy, {a}, {}};
+      OpCall r = call;
+      r.args[0] = run_prim(c)[0];
+      return run_prim(r);
+    }
+    outs.push_back(make_view(call, metas[0]));
+    return outs;
+  }
+  Backend* be = backend_for(metas[0].device.type);
+  VOLT_CHECK(be != nullptr, op_name(call.op),
+             "device " << metas[0].device.str() << " is not available in this build");
+  outs.reserve(metas.size());
+  for (const TensorMeta& m : metas) outs.push_back(Tensor::empty(m.sizes, m.dtype, m.device));
+  be->run(call, outs);
+  return outs;
+}
+
+std::vector<Tensor> run_eager(const OpCall& call) {
+  if (!is_prim(call.op)) return decompose(call);
+  std::vector<Tensor> outs = run_prim(call);
+  if (needs_grad(call)) g_grad_hook(call, outs);
+  return outs;
+}
+
+}  // namespace volt

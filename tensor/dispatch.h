@@ -1,0 +1,107 @@
+// The one dispatch point every op passes through.
+//
+// An OpCall names an op (tensor/op_table.h), its arguments (tensors or scalars)
+// and its attributes.  dispatch() hands it to the current mode: normally eager
+// execution on the arguments' device; the jit's tracer and the lazy device
+// install themselves from above with a ModeGuard and record the call instead.
+// After an eager prim runs, the grad hook (installed by autograd/) records it.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "tensor/op_table.h"
+#include "tensor/tensor.h"
+
+namespace volt {
+
+// An op argument: a tensor or a Python-style scalar.
+struct Value {
+  Tensor tensor;
+  Scalar scalar;
+  bool is_tensor = true;
+
+  Value(Tensor t) : tensor(std::move(t)), is_tensor(true) {}
+  Value(Scalar s) : scalar(s), is_tensor(false) {}
+  Value(double s) : scalar(s), is_tensor(false) {}
+};
+
+struct Attrs {
+  std::vector<int64_t> ints;  // reshape/expand/full/uniform: shape; permute: order;
+                              // reductions: dims; narrow: {dim, start, length}
+  double a = 0, b = 0;        // full: value; uniform: low, high; dropout: p
+  DType dtype = DType::f32;   // convert_element_type, full, uniform
+  Device device;              // full, uniform
+  bool flag = false;          // reductions: keepdim; dropout: training
+  uint64_t seed = 0, offset = 0;  // uniform: Philox key and first counter
+  int64_t rng_slot = -1;          // uniform under a tracer: which draw of the program
+};
+
+struct OpCall {
+  OpId op;
+  std::vector<Value> args;
+  Attrs attrs;
+};
+
+// What a prim produces, before any data exists.
+struct TensorMeta {
+  Shape sizes;
+  DType dtype;
+  Device device;
+};
+
+// Checks a call and infers its outputs; errors name the op (tensor/meta.cpp).
+std::vector<TensorMeta> infer_meta(const OpCall& call);
+// The dtype an elementwise op computes in (its operands are converted to it).
+DType compute_dtype(const OpCall& call);
+// Composite ops: the decomposition into other ops (tensor/composites.cpp).
+std::vector<Tensor> decompose(const OpCall& call);
+
+class DispatchMode {
+ public:
+  virtual ~DispatchMode() = default;
+  virtual std::vector<Tensor> run(OpCall& call) = 0;
+  // The value of a one-element tensor the mode owns (a proxy, a lazy tensor).
+  virtual double item(const Tensor& t) = 0;
+};
+
+DispatchMode* current_mode();
+class ModeGuard {
+ public:
+  explicit ModeGuard(DispatchMode* mode);
+  ~ModeGuard();
+  ModeGuard(const ModeGuard&) = delete;
+  ModeGuard& operator=(const ModeGuard&) = delete;
+
+ private:
+  DispatchMode* prev_;
+};
+
+// Who runs a tensor's value when no mode owns it (the lazy device registers one).
+using ItemResolver = double (*)(const Tensor& t);
+void set_item_resolver(DeviceType type, ItemResolver fn);
+ItemResolver item_resolver(DeviceType type);
+
+// Grad mode: whether eager prims are recorded for backward.
+bool grad_enabled();
+void set_grad_enabled(bool on);
+class NoGradGuard {
+ public:
+  NoGradGuard() : prev_(grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(prev_); }
+
+ private:
+  bool prev_;
+};
+
+using GradHook = void (*)(const OpCall& call, std::vector<Tensor>& outputs);
+void set_grad_hook(GradHook hook);
+
+std::vector<Tensor> dispatch(OpCall call);
+Tensor dispatch1(OpCall call);
+// Eager execution, skipping the mode: what dispatch does when no mode is set.
+std::vector<Tensor> run_eager(const OpCall& call);
+// Runs one prim on its device's backend; no autograd.
+std::vector<Tensor> run_prim(const OpCall& call);
+
+}  // namespace volt

@@ -1,0 +1,101 @@
+// The one table of ops.  Each row: name, kind, and for elementwise prims the
+// scalar expression that generated kernels use (a, b, c are the operands, and
+// T the result's C type).  Adding a prim is one row here plus its meta, its CPU
+// kernel and its VJP rule (autograd/vjp.cpp).
+#pragma once
+#include <cstdint>
+
+namespace volt {
+
+enum class OpKind : uint8_t {
+  Unary,      // elementwise, one operand, result dtype = operand dtype
+  Binary,     // elementwise, two operands, result dtype = promoted dtype
+  Compare,    // elementwise, two operands, result b8
+  Ternary,    // where
+  Convert,    // convert_element_type
+  Random,     // uniform (Philox)
+  Factory,    // full
+  View,       // reshape, permute, expand, narrow
+  Copy,       // contiguous copy
+  Pad,        // zero padding along one dim (the gradient of narrow)
+  Reduce,     // sum, amax, amin, argmax, argmin over dims
+  Matmul,     // matmul, linear
+  Composite,  // written as a composition of other ops
+};
+
+//  X(name, kind, expression)
+#define VOLT_OPS(X)                                   \
+  X(neg, Unary, "(-a)")                               \
+  X(abs, Unary, "(a < 0 ? -a : a)")                   \
+  X(exp, Unary, "exp(a)")                             \
+  X(log, Unary, "log(a)")                             \
+  X(sqrt, Unary, "sqrt(a)")                           \
+  X(rsqrt, Unary, "(T(1) / sqrt(a))")                 \
+  X(tanh, Unary, "tanh(a)")                           \
+  X(sigmoid, Unary, "(T(1) / (T(1) + exp(-a)))")      \
+  X(reciprocal, Unary, "(T(1) / a)")                  \
+  X(logical_not, Unary, "(!a)")                       \
+  X(add, Binary, "(a + b)")                           \
+  X(sub, Binary, "(a - b)")                           \
+  X(mul, Binary, "(a * b)")                           \
+  X(div, Binary, "(a / b)")                           \
+  X(pow, Binary, "pow(a, b)")                         \
+  X(maximum, Binary, "(a != a || a > b ? a : b)")     \
+  X(minimum, Binary, "(a != a || a < b ? a : b)")     \
+  X(logical_and, Binary, "(a && b)")                  \
+  X(logical_or, Binary, "(a || b)")                   \
+  X(eq, Compare, "(a == b)")                          \
+  X(ne, Compare, "(a != b)")                          \
+  X(lt, Compare, "(a < b)")                           \
+  X(le, Compare, "(a <= b)")                          \
+  X(gt, Compare, "(a > b)")                           \
+  X(ge, Compare, "(a >= b)")                          \
+  X(where, Ternary, "(a ? b : c)")                    \
+  X(convert_element_type, Convert, "((T)(a))")        \
+  X(uniform, Random, "")                              \
+  X(full, Factory, "")                                \
+  X(reshape, View, "")                                \
+  X(permute, View, "")                                \
+  X(expand, View, "")                                 \
+  X(narrow, View, "")                                 \
+  X(copy, Copy, "a")                                  \
+  X(pad, Pad, "")                                     \
+  X(sum, Reduce, "")                                  \
+  X(amax, Reduce, "")                                 \
+  X(amin, Reduce, "")                                 \
+  X(argmax, Reduce, "")                               \
+  X(argmin, Reduce, "")                               \
+  X(matmul, Matmul, "")                               \
+  X(linear, Matmul, "")                               \
+  X(relu, Composite, "")                              \
+  X(dropout, Composite, "")                           \
+  X(mean, Composite, "")                              \
+  X(var, Composite, "")                               \
+  X(softmax, Composite, "")                           \
+  X(log_softmax, Composite, "")                       \
+  X(nll_loss, Composite, "")                          \
+  X(cross_entropy, Composite, "")
+
+enum class OpId : uint8_t {
+#define VOLT_OP_ENUM(name, kind, expr) name,
+  VOLT_OPS(VOLT_OP_ENUM)
+#undef VOLT_OP_ENUM
+      kCount
+};
+
+struct OpInfo {
+  const char* name;
+  OpKind kind;
+  const char* expr;
+};
+
+const OpInfo& op_info(OpId op);
+inline const char* op_name(OpId op) { return op_info(op).name; }
+inline bool is_prim(OpId op) { return op_info(op).kind != OpKind::Composite; }
+inline bool is_elementwise(OpId op) {
+  OpKind k = op_info(op).kind;
+  return k == OpKind::Unary || k == OpKind::Binary || k == OpKind::Compare ||
+         k == OpKind::Ternary || k == OpKind::Convert || k == OpKind::Random;
+}
+
+}  // namespace volt

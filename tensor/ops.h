@@ -1,0 +1,109 @@
+// The ops users call.  Each one builds an OpCall and hands it to dispatch().
+// Shapes broadcast as in NumPy; dtypes promote as in PyTorch.
+//   add(a, b): a (2, 1, 4), b (3, 1) -> (2, 3, 4)
+#pragma once
+#include <vector>
+
+#include "tensor/dispatch.h"
+#include "tensor/tensor.h"
+
+namespace volt {
+
+// ---- elementwise ----
+Tensor neg(const Tensor& a);
+Tensor abs(const Tensor& a);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor rsqrt(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+Tensor reciprocal(const Tensor& a);
+Tensor logical_not(const Tensor& a);
+
+Tensor add(const Value& a, const Value& b);
+Tensor sub(const Value& a, const Value& b);
+Tensor mul(const Value& a, const Value& b);
+Tensor div(const Value& a, const Value& b);
+Tensor pow(const Value& a, const Value& b);
+Tensor maximum(const Value& a, const Value& b);
+Tensor minimum(const Value& a, const Value& b);
+Tensor logical_and(const Value& a, const Value& b);
+Tensor logical_or(const Value& a, const Value& b);
+Tensor eq(const Value& a, const Value& b);
+Tensor ne(const Value& a, const Value& b);
+Tensor lt(const Value& a, const Value& b);
+Tensor le(const Value& a, const Value& b);
+Tensor gt(const Value& a, const Value& b);
+Tensor ge(const Value& a, const Value& b);
+Tensor where(const Value& cond, const Value& a, const Value& b);
+Tensor convert_element_type(const Tensor& a, DType dtype);
+
+// ---- factories as ops (recorded by tracers) ----
+Tensor full(const Shape& shape, double value, DType dtype, Device device);
+// U[low, high) from Philox; seed/offset taken from the global generator.
+Tensor uniform(const Shape& shape, double low, double high, DType dtype, Device device);
+// U[low, high) for an explicit Philox key and first counter.
+Tensor uniform_philox(const Shape& shape, double low, double high, DType dtype, Device device,
+                      uint64_t seed, uint64_t offset);
+
+// ---- shape ----
+Tensor reshape(const Tensor& a, const Shape& shape);
+Tensor permute(const Tensor& a, const std::vector<int64_t>& dims);
+Tensor expand(const Tensor& a, const Shape& shape);
+Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length);
+Tensor contiguous(const Tensor& a);
+// Zeros before and after along `dim`: (.., n, ..) -> (.., before + n + after, ..)
+Tensor pad(const Tensor& a, int64_t dim, int64_t before, int64_t after);
+// Sums a broadcast gradient back to `shape` (the inverse of broadcasting).
+Tensor sum_to(const Tensor& a, const Shape& shape);
+
+// ---- reductions (empty dims = all dims) ----
+Tensor sum(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor amax(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor argmax(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& a, int64_t dim, bool keepdim = false);
+// Variance with Bessel's correction by default (correction = 1), as torch.var.
+Tensor var(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false,
+           int64_t correction = 1);
+
+// ---- linear algebra ----
+// matmul: 1-D, 2-D and batched (leading dims broadcast).  (M, K) x (K, N) -> (M, N)
+Tensor matmul(const Tensor& a, const Tensor& b);
+// linear: x (*, in), weight (out, in), bias (out) or undefined -> (*, out)
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// ---- neural-network ops (composites; nn::functional re-exports them) ----
+Tensor relu(const Tensor& a);
+// Keeps each element with probability 1-p and scales by 1/(1-p); identity when !training.
+Tensor dropout(const Tensor& a, double p, bool training);
+Tensor softmax(const Tensor& a, int64_t dim);
+Tensor log_softmax(const Tensor& a, int64_t dim);
+// logp (N, C), target (N) integer classes -> mean of -logp[i, target[i]]
+Tensor nll_loss(const Tensor& logp, const Tensor& target);
+Tensor cross_entropy(const Tensor& logits, const Tensor& target);
+
+// ---- C++ operators ----
+inline Tensor operator-(const Tensor& a) { return neg(a); }
+#define VOLT_BINARY_OPERATOR(sym, fn)                                                    \
+  inline Tensor operator sym(const Tensor& a, const Tensor& b) { return fn(a, b); }      \
+  inline Tensor operator sym(const Tensor& a, Scalar b) { return fn(a, Value(b)); }      \
+  inline Tensor operator sym(Scalar a, const Tensor& b) { return fn(Value(a), b); }
+VOLT_BINARY_OPERATOR(+, add)
+VOLT_BINARY_OPERATOR(-, sub)
+VOLT_BINARY_OPERATOR(*, mul)
+VOLT_BINARY_OPERATOR(/, div)
+VOLT_BINARY_OPERATOR(==, eq)
+VOLT_BINARY_OPERATOR(!=, ne)
+VOLT_BINARY_OPERATOR(<, lt)
+VOLT_BINARY_OPERATOR(<=, le)
+VOLT_BINARY_OPERATOR(>, gt)
+VOLT_BINARY_OPERATOR(>=, ge)
+VOLT_BINARY_OPERATOR(&&, logical_and)
+VOLT_BINARY_OPERATOR(||, logical_or)
+#undef VOLT_BINARY_OPERATOR
+inline Tensor operator!(const Tensor& a) { return logical_not(a); }
+
+}  // namespace volt

@@ -1,0 +1,21 @@
+#include "tensor/storage.h"
+
+#include "tensor/backend.h"
+#include "tensor/error.h"
+
+namespace volt {
+
+std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
+  Backend* be = backend_for(device.type);
+  VOLT_CHECK(be != nullptr, "allocate",
+             "device " << device.str() << " is not available in this build or on this machine");
+  auto s = std::make_shared<Storage>();
+  s->nbytes = nbytes;
+  s->device = device;
+  s->data = be->allocate(nbytes, device.index);
+  int idx = device.index;
+  s->deleter = [be, idx](void* p) { be->deallocate(p, idx); };
+  return s;
+}
+
+}  // namespace volt

@@ -1,0 +1,28 @@
+// Storage: a block of memory on one device, shared by every view of it.
+#pragma once
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "tensor/device.h"
+
+namespace volt {
+
+struct Storage {
+  void* data = nullptr;
+  size_t nbytes = 0;
+  Device device;
+  std::function<void(void*)> deleter;
+
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() {
+    if (deleter && data) deleter(data);
+  }
+
+  // Allocates through the device's backend (tensor/backend.h).
+  static std::shared_ptr<Storage> allocate(size_t nbytes, Device device);
+};
+
+}  // namespace volt

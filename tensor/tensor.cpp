@@ -1,0 +1,332 @@
+#include "tensor/tensor.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "tensor/backend.h"
+#include "tensor/dispatch.h"
+#include "tensor/ops.h"
+#include "tensor/random.h"
+
+namespace volt {
+
+Tensor make_tensor(std::shared_ptr<Storage> storage, Shape sizes, Shape strides, int64_t offset,
+                   DType dtype, Device device) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->sizes = std::move(sizes);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = dtype;
+  impl->device = device;
+  return Tensor(std::move(impl));
+}
+
+// ---------------------------------------------------------------- factories
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t d : shape) VOLT_CHECK(d >= 0, "empty", "negative dimension in " << shape_str(shape));
+  if (device.is_lazy()) return full(shape, 0.0, dtype, device);
+  size_t nbytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  return make_tensor(Storage::allocate(nbytes, device), shape, contiguous_strides(shape), 0, dtype,
+                     device);
+}
+
+Tensor Tensor::proxy(const Shape& shape, DType dtype, Device device) {
+  return make_tensor(nullptr, shape, contiguous_strides(shape), 0, dtype, device);
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 0.0, dtype, device);
+}
+Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 1.0, dtype, device);
+}
+Tensor Tensor::full(const Shape& shape, Scalar value, DType dtype, Device device) {
+  return volt::full(shape, value.value, dtype, device);
+}
+Tensor Tensor::scalar_tensor(Scalar v, DType dtype, Device device) {
+  return volt::full({}, v.value, dtype, device);
+}
+
+Tensor Tensor::arange(double end, DType dtype, Device device) {
+  return arange(0, end, 1, dtype, device);
+}
+Tensor Tensor::arange(double start, double end, double step, DType dtype, Device device) {
+  VOLT_CHECK(step != 0, "arange", "step must be nonzero");
+  int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
+  if (n < 0) n = 0;
+  Tensor t = empty({n}, dtype, kCPU);
+  VOLT_DISPATCH_DTYPE(dtype, [&] {
+    scalar_t* p = static_cast<scalar_t*>(t.raw_data());
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<scalar_t>(start + static_cast<double>(i) * step);
+  });
+  return device.is_cpu() ? t : t.to(device);
+}
+
+Tensor Tensor::rand(const Shape& shape, DType dtype, Device device) {
+  VOLT_CHECK(is_floating(dtype), "rand", "expected a floating dtype, got " << dtype_name(dtype));
+  return uniform(shape, 0.0, 1.0, dtype, device);
+}
+
+Tensor Tensor::randn(const Shape& shape, DType dtype, Device device) {
+  VOLT_CHECK(is_floating(dtype), "randn", "expected a floating dtype, got " << dtype_name(dtype));
+  int64_t n = shape_numel(shape);
+  PhiloxState st = rng_reserve(static_cast<uint64_t>(n));
+  Tensor t = empty(shape, dtype, kCPU);
+  VOLT_DISPATCH_DTYPE(dtype, [&] {
+    scalar_t* p = static_cast<scalar_t*>(t.raw_data());
+    for (int64_t i = 0; i < n; ++i)
+      p[i] = static_cast<scalar_t>(philox_normal(st.seed, st.offset, static_cast<uint64_t>(i)));
+  });
+  return device.is_cpu() ? t : t.to(device);
+}
+
+Tensor Tensor::randint(int64_t low, int64_t high, const Shape& shape, DType dtype, Device device) {
+  VOLT_CHECK(high > low, "randint", "expected low < high, got " << low << " >= " << high);
+  int64_t n = shape_numel(shape);
+  PhiloxState st = rng_reserve(static_cast<uint64_t>(n));
+  Tensor t = empty(shape, dtype, kCPU);
+  double range = static_cast<double>(high - low);
+  VOLT_DISPATCH_DTYPE(dtype, [&] {
+    scalar_t* p = static_cast<scalar_t*>(t.raw_data());
+    for (int64_t i = 0; i < n; ++i) {
+      double u = philox_uniform_f64(st.seed, st.offset, static_cast<uint64_t>(i));
+      p[i] = static_cast<scalar_t>(low + static_cast<int64_t>(std::floor(u * range)));
+    }
+  });
+  return device.is_cpu() ? t : t.to(device);
+}
+
+// ---------------------------------------------------------------- metadata
+
+int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int64_t i = dim() - 1; i >= 0; --i) {
+    if (sizes()[i] == 1) continue;
+    if (strides()[i] != expected) return false;
+    expected *= sizes()[i];
+  }
+  return true;
+}
+
+std::string Tensor::meta_str() const {
+  return device().str() + " " + dtype_name(dtype()) + shape_str(sizes());
+}
+
+void* Tensor::raw_data() const {
+  VOLT_CHECK(has_data(), "data", "tensor " << meta_str()
+                                           << " has no data (it is a traced proxy or lazy value)");
+  return static_cast<char*>(ref().storage->data) +
+         ref().offset * static_cast<int64_t>(dtype_size(dtype()));
+}
+
+double Tensor::item_double() const {
+  VOLT_CHECK(numel() == 1, "item", "expected a tensor with one element, got " << meta_str());
+  if (DispatchMode* m = current_mode(); m && !has_data()) return m->item(*this);
+  if (!has_data()) {
+    ItemResolver r = item_resolver(device().type);
+    VOLT_CHECK(r != nullptr, "item", "tensor " << meta_str() << " has no data");
+    return r(*this);
+  }
+  Tensor c = device().is_cpu() ? *this : to(kCPU);
+  return VOLT_DISPATCH_DTYPE(c.dtype(), [&] {
+    return static_cast<double>(*static_cast<const scalar_t*>(c.raw_data()));
+  });
+}
+
+Tensor::operator bool() const {
+  VOLT_CHECK(numel() == 1, "bool",
+             "the truth value of a tensor with " << numel() << " elements is ambiguous");
+  return item_double() != 0;
+}
+
+// ---------------------------------------------------------------- views
+
+static Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
+  Shape out = shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      VOLT_CHECK(infer < 0, op, "only one dimension can be -1 in " << shape_str(shape));
+      infer = static_cast<int64_t>(i);
+    } else {
+      VOLT_CHECK(out[i] >= 0, op, "invalid shape " << shape_str(shape));
+      known *= out[i];
+    }
+  }
+  if (infer >= 0) {
+    VOLT_CHECK(known != 0 && numel % known == 0, op,
+               "shape " << shape_str(shape) << " is invalid for input of size " << numel);
+    out[infer] = numel / known;
+  }
+  VOLT_CHECK(shape_numel(out) == numel, op,
+             "shape " << shape_str(shape) << " is invalid for input of size " << numel);
+  return out;
+}
+
+Tensor Tensor::view(const Shape& shape) const {
+  Shape s = infer_shape(shape, numel(), "view");
+  VOLT_CHECK(is_contiguous() || is_proxy(), "view",
+             "cannot view a non-contiguous tensor " << meta_str() << " as " << shape_str(s)
+                                                    << "; use reshape()");
+  return volt::reshape(*this, s);
+}
+Tensor Tensor::reshape(const Shape& shape) const {
+  return volt::reshape(*this, infer_shape(shape, numel(), "reshape"));
+}
+Tensor Tensor::permute(const std::vector<int64_t>& dims) const { return volt::permute(*this, dims); }
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  std::vector<int64_t> p(dim());
+  std::iota(p.begin(), p.end(), 0);
+  std::swap(p[wrap_dim(d0, dim(), "transpose")], p[wrap_dim(d1, dim(), "transpose")]);
+  return volt::permute(*this, p);
+}
+Tensor Tensor::t() const {
+  VOLT_CHECK(dim() <= 2, "t", "expects a tensor with <= 2 dims, got " << meta_str());
+  return dim() < 2 ? *this : transpose(0, 1);
+}
+Tensor Tensor::expand(const Shape& shape) const { return volt::expand(*this, shape); }
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = wrap_dim(d, dim() + 1, "unsqueeze");
+  Shape s = sizes();
+  s.insert(s.begin() + d, 1);
+  return volt::reshape(*this, s);
+}
+Tensor Tensor::squeeze() const {
+  Shape s;
+  for (int64_t v : sizes())
+    if (v != 1) s.push_back(v);
+  return volt::reshape(*this, s);
+}
+Tensor Tensor::squeeze(int64_t d) const {
+  d = wrap_dim(d, dim(), "squeeze");
+  if (sizes()[d] != 1) return *this;
+  Shape s = sizes();
+  s.erase(s.begin() + d);
+  return volt::reshape(*this, s);
+}
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  return volt::narrow(*this, d, start, length);
+}
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  d = wrap_dim(d, dim(), "select");
+  int64_t n = sizes()[d];
+  VOLT_CHECK(index >= -n && index < n, "select",
+             "index " << index << " is out of range for dim " << d << " of size " << n);
+  if (index < 0) index += n;
+  return narrow(d, index, 1).squeeze(d);
+}
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end) const {
+  d = wrap_dim(d, dim(), "slice");
+  int64_t n = sizes()[d];
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  end = std::clamp<int64_t>(end, start, n);
+  return narrow(d, start, end - start);
+}
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  if (dim() == 0) return reshape({1});
+  start_dim = wrap_dim(start_dim, dim(), "flatten");
+  end_dim = wrap_dim(end_dim, dim(), "flatten");
+  VOLT_CHECK(start_dim <= end_dim, "flatten", "start_dim " << start_dim << " > end_dim " << end_dim);
+  Shape s(sizes().begin(), sizes().begin() + start_dim);
+  int64_t m = 1;
+  for (int64_t i = start_dim; i <= end_dim; ++i) m *= sizes()[i];
+  s.push_back(m);
+  s.insert(s.end(), sizes().begin() + end_dim + 1, sizes().end());
+  return reshape(s);
+}
+Tensor Tensor::contiguous() const {
+  if (is_contiguous() && !is_proxy() && has_data()) return *this;
+  return volt::contiguous(*this);
+}
+Tensor Tensor::clone() const { return volt::contiguous(*this); }
+Tensor Tensor::to(DType t) const { return t == dtype() ? *this : convert_element_type(*this, t); }
+
+Tensor Tensor::to(Device d) const {
+  if (d == device()) return *this;
+  if (d.is_lazy() || device().is_lazy()) {
+    Backend* be = backend_for(DeviceType::Lazy);
+    VOLT_CHECK(be != nullptr, "to", "the lazy device is not available");
+    Tensor out = empty(sizes(), dtype(), d);
+    be->copy(out, *this);
+    return out;
+  }
+  Tensor src = *this;
+  Tensor out = empty(sizes(), dtype(), d);
+  // The non-CPU side does the copy (it knows how to reach host memory).
+  Backend* be = backend_for(d.is_cpu() ? device().type : d.type);
+  VOLT_CHECK(be != nullptr, "to", "device " << d.str() << " is not available");
+  be->copy(out, src);
+  return out;
+}
+
+// ---------------------------------------------------------------- in place
+
+static void check_inplace(const Tensor& t, const char* op) {
+  VOLT_CHECK(!(t.requires_grad() && t.is_leaf() && grad_enabled()), op,
+             "a leaf tensor that requires grad cannot be modified in place; use NoGradGuard");
+  VOLT_CHECK(t.has_data(), op, "cannot modify a tensor without data in place");
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace(*this, "copy_");
+  Tensor s = src;
+  if (s.device() != device()) s = s.to(device());
+  if (s.dtype() != dtype()) s = s.to(dtype());
+  if (s.sizes() != sizes()) s = s.expand(sizes());
+  Backend* be = backend_for(device().type);
+  be->copy(*this, s);
+  return *this;
+}
+
+Tensor& Tensor::fill_(Scalar v) {
+  return copy_(volt::full({}, v.value, dtype(), device()));
+}
+
+Tensor& Tensor::add_(const Tensor& other, Scalar alpha) {
+  Tensor o = alpha.value == 1.0 ? other : volt::mul(other, Value(alpha));
+  return copy_(volt::add(*this, o));
+}
+Tensor& Tensor::add_(Scalar other) { return copy_(volt::add(*this, Value(other))); }
+Tensor& Tensor::mul_(const Tensor& other) { return copy_(volt::mul(*this, other)); }
+Tensor& Tensor::mul_(Scalar other) { return copy_(volt::mul(*this, Value(other))); }
+
+// ---------------------------------------------------------------- method forms
+
+Tensor Tensor::sum(const std::vector<int64_t>& d, bool k) const { return volt::sum(*this, d, k); }
+Tensor Tensor::mean(const std::vector<int64_t>& d, bool k) const { return volt::mean(*this, d, k); }
+Tensor Tensor::amax(const std::vector<int64_t>& d, bool k) const { return volt::amax(*this, d, k); }
+Tensor Tensor::argmax(int64_t d, bool k) const { return volt::argmax(*this, d, k); }
+Tensor Tensor::matmul(const Tensor& o) const { return volt::matmul(*this, o); }
+Tensor Tensor::exp() const { return volt::exp(*this); }
+Tensor Tensor::log() const { return volt::log(*this); }
+Tensor Tensor::relu() const { return volt::relu(*this); }
+
+Tensor& Tensor::requires_grad_(bool on) {
+  VOLT_CHECK(!on || is_floating(dtype()), "requires_grad_",
+             "only floating tensors can require grad, got " << dtype_name(dtype()));
+  ref().requires_grad = on;
+  return *this;
+}
+
+Tensor Tensor::detach() const {
+  auto impl2 = std::make_shared<TensorImpl>();
+  impl2->storage = ref().storage;
+  impl2->sizes = sizes();
+  impl2->strides = strides();
+  impl2->offset = ref().offset;
+  impl2->dtype = dtype();
+  impl2->device = device();
+  impl2->proxy_id = ref().proxy_id;
+  impl2->proxy_owner = ref().proxy_owner;
+  impl2->backend_state = ref().backend_state;
+  return Tensor(std::move(impl2));
+}
+
+}  // namespace volt

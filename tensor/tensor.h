@@ -1,0 +1,208 @@
+// volt::Tensor — a handle to shared storage plus shape, strides and offset.
+//
+//   auto a = volt::Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2});
+//   auto b = a.t() * 2.0;          // a view, then a new tensor
+//   std::cout << b.sum({0});       // tensor([ 6., 14.])
+//   b.select(0, 1).fill_(0);       // views write through to their base
+//
+// Every op goes through one dispatch point (tensor/dispatch.h): eager mode runs
+// it on the tensor's device, the jit's tracer and the lazy device record it.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/device.h"
+#include "tensor/dtype.h"
+#include "tensor/error.h"
+#include "tensor/scalar.h"
+#include "tensor/shape.h"
+#include "tensor/storage.h"
+
+namespace volt {
+
+namespace autograd {
+struct Node;  // defined in autograd/; a tensor only holds a pointer to its grad_fn
+}
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;  // null for a proxy (a traced value with no data)
+  Shape sizes, strides;
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::f32;
+  Device device;
+
+  // autograd
+  bool requires_grad = false;
+  std::shared_ptr<TensorImpl> grad;
+  std::shared_ptr<autograd::Node> grad_fn;
+  int output_nr = 0;
+
+  // Set by a tracer (jit, lazy mode): which traced value this tensor stands for.
+  int64_t proxy_id = -1;
+  const void* proxy_owner = nullptr;
+  // Extra per-backend state (the lazy device keeps its graph node here).
+  std::shared_ptr<void> backend_state;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- factories (dtype f32 and the CPU unless told) ----
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = kCPU);
+  static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = kCPU);
+  static Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = kCPU);
+  static Tensor full(const Shape& shape, Scalar value, DType dtype = DType::f32, Device device = kCPU);
+  static Tensor arange(double end, DType dtype = DType::i64, Device device = kCPU);
+  static Tensor arange(double start, double end, double step = 1, DType dtype = DType::i64,
+                       Device device = kCPU);
+  template <class T>
+  static Tensor from_vector(const std::vector<T>& values, const Shape& shape,
+                            Device device = kCPU);
+  template <class T>
+  static Tensor from_vector(const std::vector<T>& values) {
+    return from_vector<T>(values, {static_cast<int64_t>(values.size())});
+  }
+  static Tensor scalar_tensor(Scalar v, DType dtype, Device device = kCPU);
+  // Random numbers from the global Philox generator (tensor/random.h).
+  static Tensor rand(const Shape& shape, DType dtype = DType::f32, Device device = kCPU);
+  static Tensor randn(const Shape& shape, DType dtype = DType::f32, Device device = kCPU);
+  static Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype = DType::i64,
+                        Device device = kCPU);
+  // A tensor with metadata and no data: what tracers hand to ops.
+  static Tensor proxy(const Shape& shape, DType dtype, Device device);
+
+  // ---- metadata ----
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  const Shape& sizes() const { return ref().sizes; }
+  const Shape& strides() const { return ref().strides; }
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const { return static_cast<int64_t>(sizes().size()); }
+  int64_t numel() const { return shape_numel(sizes()); }
+  int64_t storage_offset() const { return ref().offset; }
+  DType dtype() const { return ref().dtype; }
+  Device device() const { return ref().device; }
+  bool is_contiguous() const;
+  bool is_proxy() const { return impl_ && !impl_->storage; }
+  bool has_data() const { return impl_ && impl_->storage != nullptr; }
+  std::string meta_str() const;  // "cpu f32[8, 784]"
+
+  // Raw element pointer (CPU, or device memory for CUDA); checks the dtype.
+  template <class T>
+  T* data_ptr() const;
+  void* raw_data() const;  // start of this view's first element
+
+  // ---- values (synchronise; under a tracer they record a guard) ----
+  template <class T>
+  T item() const;
+  double item_double() const;
+  template <class T>
+  std::vector<T> to_vector() const;
+  explicit operator bool() const;
+
+  // ---- views: share storage ----
+  Tensor view(const Shape& shape) const;     // errors if not viewable
+  Tensor reshape(const Shape& shape) const;  // view if possible, else a copy
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const;  // 2-D transpose
+  Tensor expand(const Shape& shape) const;
+  Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end) const;  // [start, end), step 1
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor to(DType dtype) const;
+  Tensor to(Device device) const;
+
+  // ---- in place (not recorded by autograd; errors on leaves that need grad) ----
+  Tensor& copy_(const Tensor& src);
+  Tensor& fill_(Scalar v);
+  Tensor& zero_() { return fill_(0.0); }
+  Tensor& add_(const Tensor& other, Scalar alpha = 1.0);
+  Tensor& add_(Scalar other);
+  Tensor& sub_(const Tensor& other) { return add_(other, -1.0); }
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(Scalar other);
+
+  // ---- common ops as methods (free functions in tensor/ops.h) ----
+  Tensor sum(const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor mean(const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor amax(const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor relu() const;
+
+  // ---- autograd (implemented in autograd/) ----
+  bool requires_grad() const { return impl_ && impl_->requires_grad; }
+  Tensor& requires_grad_(bool on = true);
+  Tensor grad() const { return impl_ && impl_->grad ? Tensor(impl_->grad) : Tensor(); }
+  void set_grad(const Tensor& g) { ref().grad = g.impl_; }
+  bool is_leaf() const { return !impl_ || !impl_->grad_fn; }
+  Tensor detach() const;  // shares storage, no grad_fn, requires_grad false
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+ private:
+  TensorImpl& ref() const {
+    if (!impl_) throw Error("Tensor: use of an undefined tensor");
+    return *impl_;
+  }
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+std::string to_string(const Tensor& t);
+
+// Makes a tensor from an existing implementation's metadata with fresh storage.
+Tensor make_tensor(std::shared_ptr<Storage> storage, Shape sizes, Shape strides, int64_t offset,
+                   DType dtype, Device device);
+
+// ---- template definitions ----
+template <class T>
+T* Tensor::data_ptr() const {
+  VOLT_CHECK(dtype() == dtype_of<T>::value, "data_ptr",
+             "tensor has dtype " << dtype_name(dtype()) << ", asked for "
+                                 << dtype_name(dtype_of<T>::value));
+  return static_cast<T*>(raw_data());
+}
+
+template <class T>
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
+  VOLT_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector",
+             values.size() << " values cannot fill shape " << shape_str(shape));
+  Tensor t = empty(shape, dtype_of<T>::value, kCPU);
+  T* p = t.data_ptr<T>();
+  for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  return device.is_cpu() ? t : t.to(device);
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = to(kCPU).to(dtype_of<T>::value).contiguous();
+  const T* p = c.data_ptr<T>();
+  return std::vector<T>(p, p + c.numel());
+}
+
+template <class T>
+T Tensor::item() const {
+  return static_cast<T>(item_double());
+}
+
+}  // namespace volt
