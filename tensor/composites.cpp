@@ -34,7 +34,8 @@ std::vector<Tensor> decompose(const OpCall& call) {
       Tensor u = uniform(a.sizes(), 0.0, 1.0, a.dtype(), a.device());
       Tensor mask = lt(u, keep);
       Tensor m = convert_element_type(mask, a.dtype());
-      return {mul(mul(a, m), 1.0 / keep)};
+      // p == 1 drops everything: scale by 0 rather than 1/0.
+      return {mul(mul(a, m), keep > 0 ? 1.0 / keep : 0.0)};
     }
     case OpId::mean: {
       VOLT_CHECK(is_floating(a.dtype()), "mean", "expected a floating tensor, got "

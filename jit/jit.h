@@ -1,0 +1,81 @@
+// volt::jit — trace a function or module into prims, transform the trace, run it.
+//
+//   auto jm = volt::jit::jit(model);          // shares model's parameters
+//   Tensor y = jm(x);                         // first call traces, later calls hit the cache
+//   for (auto& t : volt::jit::last_traces(jm)) std::cout << t.str();
+//
+// Today the traced program runs on the eager executor (every prim through the
+// eager kernels, recorded by eager autograd, so training works unchanged);
+// symbolic grad, fusion and generated kernels build on these traces.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "jit/trace.h"
+
+namespace volt::jit {
+
+class JitFunction {
+ public:
+  using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+  // `captured` are tensors fn uses without taking them as arguments (parameters).
+  JitFunction(Fn fn, std::vector<std::string> input_names, std::vector<Tensor> captured = {},
+              std::vector<std::string> captured_names = {},
+              std::function<bool()> training_flag = nullptr);
+
+  std::vector<Tensor> operator()(const std::vector<Tensor>& args);
+  Tensor operator()(const Tensor& x) { return (*this)(std::vector<Tensor>{x}).at(0); }
+
+  const std::vector<Trace>& last_traces() const;
+  int64_t cache_hits() const { return hits_; }
+  int64_t cache_misses() const { return misses_; }
+  // Why the last miss happened ("first call", or the field that differed).
+  const std::string& last_miss_reason() const { return miss_reason_; }
+
+ private:
+  struct Entry {
+    std::shared_ptr<ProxyNames> names;
+    std::vector<Trace> traces;  // one per pass; the last one runs
+  };
+  std::string key_for(const std::vector<Tensor>& args) const;
+
+  Fn fn_;
+  std::vector<std::string> input_names_;
+  std::vector<Tensor> captured_;
+  std::vector<std::string> captured_names_;
+  std::function<bool()> training_;
+  std::unordered_map<std::string, std::shared_ptr<Entry>> cache_;
+  std::shared_ptr<Entry> last_;
+  std::string last_key_, miss_reason_;
+  int64_t hits_ = 0, misses_ = 0;
+};
+
+// Parameter names as traces print them: "0.weight" -> "_0_weight".
+std::string proxy_name_for(const std::string& dotted);
+
+// jit of a function of tensors.
+inline JitFunction jit(JitFunction::Fn fn, std::vector<std::string> input_names = {}) {
+  return JitFunction(std::move(fn), std::move(input_names));
+}
+
+// jit of a module: anything with forward(Tensor), named_parameters() and is_training().
+template <class M>
+JitFunction jit(std::shared_ptr<M> module) {
+  std::vector<Tensor> params;
+  std::vector<std::string> names;
+  for (auto& [name, p] : module->named_parameters()) {
+    params.push_back(p);
+    names.push_back(proxy_name_for(name));
+  }
+  return JitFunction([module](const std::vector<Tensor>& in) { return std::vector<Tensor>{module->forward(in.at(0))}; },
+                     {"input"}, params, names, [module] { return module->is_training(); });
+}
+
+inline const std::vector<Trace>& last_traces(const JitFunction& f) { return f.last_traces(); }
+inline int64_t cache_hits(const JitFunction& f) { return f.cache_hits(); }
+inline int64_t cache_misses(const JitFunction& f) { return f.cache_misses(); }
+
+}  // namespace volt::jit

@@ -1,0 +1,90 @@
+#include "jit/passes.h"
+
+#include <chrono>
+#include <map>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace volt::jit {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+int64_t id_of(const Tensor& t) { return t.impl()->proxy_id; }
+
+// A structural key for CSE: op, argument ids or scalar values, attributes.
+std::string cse_key(const OpCall& c) {
+  std::ostringstream os;
+  os << static_cast<int>(c.op) << "(";
+  for (const Value& v : c.args) {
+    if (v.is_tensor) os << "#" << (v.tensor.defined() ? id_of(v.tensor) : -1) << ",";
+    else os << static_cast<int>(v.scalar.kind) << ":" << python_float_repr(v.scalar.value) << ",";
+  }
+  const Attrs& a = c.attrs;
+  os << ")[";
+  for (int64_t i : a.ints) os << i << ",";
+  os << "]" << python_float_repr(a.a) << "," << python_float_repr(a.b) << "," << static_cast<int>(a.dtype)
+     << "," << a.device.str() << "," << a.flag;
+  return os.str();
+}
+
+}  // namespace
+
+Trace decompose_pass(const Trace& t) {
+  auto t0 = Clock::now();
+  Trace r = t;
+  r.bsyms = flatten_to_prims(t.bsyms);
+  r.provenance = "Decompose into prims";
+  r.millis = ms_since(t0);
+  return r;
+}
+
+Trace dce_cse_pass(const Trace& t) {
+  auto t0 = Clock::now();
+  Trace r = t;
+  // CSE: forward walk, redirecting uses of a repeated computation to the first one.
+  std::unordered_map<int64_t, Tensor> replace;
+  std::map<std::string, std::vector<Tensor>> seen;
+  std::vector<BoundSymbol> kept;
+  for (BoundSymbol b : flatten_to_prims(t.bsyms)) {
+    for (Value& v : b.call.args)
+      if (v.is_tensor && v.tensor.defined())
+        if (auto it = replace.find(id_of(v.tensor)); it != replace.end()) v.tensor = it->second;
+    if (op_info(b.call.op).kind != OpKind::Random) {
+      std::string key = cse_key(b.call);
+      if (auto it = seen.find(key); it != seen.end()) {
+        for (size_t i = 0; i < b.outputs.size(); ++i) replace[id_of(b.outputs[i])] = it->second[i];
+        continue;
+      }
+      seen[key] = b.outputs;
+    }
+    kept.push_back(std::move(b));
+  }
+  for (Tensor& o : r.outputs)
+    if (auto it = replace.find(id_of(o)); it != replace.end()) o = it->second;
+  // DCE: backward walk keeping what the outputs need.  Dropping an unused
+  // random draw is safe: every draw's counters are fixed in the trace.
+  std::unordered_set<int64_t> live;
+  for (const Tensor& o : r.outputs) live.insert(id_of(o));
+  std::vector<BoundSymbol> out;
+  for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
+    bool needed = false;
+    for (const Tensor& o : it->outputs) needed |= live.count(id_of(o)) > 0;
+    if (!needed) continue;
+    for (const Value& v : it->call.args)
+      if (v.is_tensor && v.tensor.defined()) live.insert(id_of(v.tensor));
+    out.push_back(*it);
+  }
+  r.bsyms.assign(out.rbegin(), out.rend());
+  r.provenance = "Dead code and common subexpression elimination";
+  r.millis = ms_since(t0);
+  return r;
+}
+
+}  // namespace volt::jit

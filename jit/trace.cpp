@@ -1,0 +1,136 @@
+#include "jit/trace.h"
+
+#include <sstream>
+
+namespace volt::jit {
+
+std::string ProxyNames::name(const Tensor& t) const {
+  int64_t id = t.impl()->proxy_id;
+  if (id < 0 || id >= static_cast<int64_t>(names_.size())) return "<?>";
+  return names_[id];
+}
+
+void ProxyNames::set(const Tensor& t, std::string name) { names_.at(t.impl()->proxy_id) = std::move(name); }
+
+Tensor ProxyNames::make(const TensorMeta& m, const void* owner, std::string name) {
+  Tensor p = Tensor::proxy(m.sizes, m.dtype, m.device);
+  p.impl()->proxy_id = static_cast<int64_t>(names_.size());
+  p.impl()->proxy_owner = owner;
+  names_.push_back(name.empty() ? "t" + std::to_string(next_++) : std::move(name));
+  return p;
+}
+
+namespace {
+
+std::string shape_tuple(const std::vector<int64_t>& s) {
+  std::string r = "(";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + (s.size() == 1 ? ",)" : ")");
+}
+
+std::string type_comment(const ProxyNames& names, const Tensor& t) {
+  return names.name(t) + ": \"" + t.meta_str() + "\"";
+}
+
+// "prims.gt(t0, 0.0)" or "linear(input, _0_weight, _0_bias)"
+std::string call_str(const ProxyNames& names, const OpCall& c, bool prim_prefix) {
+  std::ostringstream os;
+  os << (prim_prefix ? "prims." : "") << op_name(c.op) << "(";
+  const Attrs& at = c.attrs;
+  bool first = true;
+  auto sep = [&] {
+    if (!first) os << ", ";
+    first = false;
+  };
+  for (const Value& v : c.args) {
+    sep();
+    os << (v.is_tensor ? names.name(v.tensor) : v.scalar.repr());
+  }
+  switch (op_info(c.op).kind) {
+    case OpKind::Convert: sep(); os << dtype_name(at.dtype); break;
+    case OpKind::Random:
+      sep();
+      os << shape_tuple(at.ints) << ", " << python_float_repr(at.a) << ", " << python_float_repr(at.b)
+         << ", device=" << at.device.str() << ", dtype=" << dtype_name(at.dtype)
+         << ", rng_offset=" << at.offset;
+      break;
+    case OpKind::Factory:
+      sep();
+      os << shape_tuple(at.ints) << ", " << python_float_repr(at.a) << ", device=" << at.device.str()
+         << ", dtype=" << dtype_name(at.dtype);
+      break;
+    case OpKind::View:
+    case OpKind::Pad:
+      sep();
+      if (c.op == OpId::narrow || c.op == OpId::pad)
+        os << at.ints[0] << ", " << at.ints[1] << ", " << at.ints[2];
+      else os << shape_tuple(at.ints);
+      break;
+    case OpKind::Reduce: sep(); os << shape_tuple(at.ints) << ", keepdim=" << (at.flag ? "True" : "False"); break;
+    case OpKind::Composite:
+      if (c.op == OpId::dropout) { sep(); os << python_float_repr(at.a); }
+      if (c.op == OpId::softmax || c.op == OpId::log_softmax) { sep(); os << "dim=" << at.ints[0]; }
+      if (c.op == OpId::mean || c.op == OpId::var) { sep(); os << shape_tuple(at.ints); }
+      break;
+    default: break;
+  }
+  os << ")";
+  return os.str();
+}
+
+std::string outputs_str(const ProxyNames& names, const std::vector<Tensor>& outs) {
+  if (outs.size() == 1) return names.name(outs[0]);
+  std::string r = "(";
+  for (size_t i = 0; i < outs.size(); ++i) r += (i ? ", " : "") + names.name(outs[i]);
+  return r + ")";
+}
+
+void print_bsym(std::ostream& os, const ProxyNames& names, const BoundSymbol& b, int depth) {
+  std::string indent(2 + 2 * depth, ' ');
+  bool as_prim = is_prim(b.call.op) && b.subsymbols.empty();
+  os << indent << (depth > 0 ? "# " : "") << outputs_str(names, b.outputs) << " = "
+     << call_str(names, b.call, as_prim);
+  if (!b.outputs.empty()) os << "  # " << type_comment(names, b.outputs[0]);
+  os << "\n";
+  for (const BoundSymbol& s : b.subsymbols) print_bsym(os, names, s, depth + 1);
+}
+
+}  // namespace
+
+std::string Trace::str() const {
+  // The names table is shared by every proxy of the trace; find it through any proxy.
+  const ProxyNames* names = nullptr;
+  for (const Tensor& t : inputs)
+    if (t.impl()->proxy_owner) names = static_cast<const ProxyNames*>(t.impl()->proxy_owner);
+  if (!names)
+    for (const Tensor& t : outputs)
+      if (t.impl()->proxy_owner) names = static_cast<const ProxyNames*>(t.impl()->proxy_owner);
+  if (!names) return "def " + name + "():\n  return\n";
+  std::ostringstream os;
+  os << "# Constructed by " << provenance << " (took " << static_cast<long long>(millis)
+     << " milliseconds)\n";
+  os << "def " << name << "(";
+  for (size_t i = 0; i < inputs.size(); ++i) os << (i ? ", " : "") << names->name(inputs[i]);
+  os << "):\n";
+  for (const Tensor& t : inputs) os << "  # " << type_comment(*names, t) << "\n";
+  for (const BoundSymbol& b : bsyms) print_bsym(os, *names, b, 0);
+  os << "  return " << outputs_str(*names, outputs) << "\n";
+  return os.str();
+}
+
+std::vector<BoundSymbol> flatten_to_prims(const std::vector<BoundSymbol>& bsyms) {
+  std::vector<BoundSymbol> out;
+  for (const BoundSymbol& b : bsyms) {
+    if (b.subsymbols.empty()) {
+      BoundSymbol p = b;
+      p.top_level_prim = false;
+      out.push_back(std::move(p));
+    } else {
+      auto sub = flatten_to_prims(b.subsymbols);
+      out.insert(out.end(), sub.begin(), sub.end());
+    }
+  }
+  return out;
+}
+
+}  // namespace volt::jit

@@ -1,0 +1,59 @@
+// The trace IR: what the jit records when it runs a function on proxies.
+//
+// A Trace is a Python-looking program: a signature of named proxies, a list of
+// bound symbols (one op applied to proxies and scalars, with the prims it
+// decomposes into as subsymbols), and its outputs.  Printing follows
+// Lightning Thunder's traces:
+//
+//   def computation(input, _0_weight, _0_bias):
+//     # input: "cpu f32[8, 784]"
+//     t0 = linear(input, _0_weight, _0_bias)  # t0: "cpu f32[8, 784]"
+//       # t0 = prims.linear(input, _0_weight, _0_bias)  # t0: "cpu f32[8, 784]"
+//     return t0
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/dispatch.h"
+
+namespace volt::jit {
+
+// One recorded op.  Arguments and outputs are proxy tensors (Tensor::proxy),
+// identified by their proxy_id; scalars stay scalars.
+struct BoundSymbol {
+  OpCall call;
+  std::vector<Tensor> outputs;
+  std::vector<BoundSymbol> subsymbols;  // the decomposition (prims under an op)
+  bool top_level_prim = false;          // a prim the user called directly
+};
+
+struct Trace {
+  std::string name = "computation";
+  std::string provenance;  // "# Constructed by ..." line
+  double millis = 0;
+  std::vector<Tensor> inputs;
+  std::vector<BoundSymbol> bsyms;
+  std::vector<Tensor> outputs;
+  uint64_t rng_total = 0;  // Philox counters the program draws per call
+
+  std::string str() const;
+};
+
+// The names of proxies: inputs keep the names they were given, the rest are t0, t1, ...
+class ProxyNames {
+ public:
+  std::string name(const Tensor& t) const;
+  void set(const Tensor& t, std::string name);
+  // A new proxy, named `name`, or tN (the next free number) when name is empty.
+  Tensor make(const TensorMeta& m, const void* owner, std::string name = {});
+
+ private:
+  std::vector<std::string> names_;
+  int64_t next_ = 0;
+};
+
+// Flattens each bound symbol to the prims it stands for.
+std::vector<BoundSymbol> flatten_to_prims(const std::vector<BoundSymbol>& bsyms);
+
+}  // namespace volt::jit

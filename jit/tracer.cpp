@@ -1,0 +1,135 @@
+#include "jit/tracer.h"
+
+#include <unordered_map>
+
+#include "tensor/random.h"
+
+namespace volt::jit {
+
+namespace {
+
+class Tracer final : public DispatchMode {
+ public:
+  Tracer(ProxyNames& names, std::unordered_map<const TensorImpl*, Tensor> substitutes)
+      : names_(names), substitutes_(std::move(substitutes)) {
+    scopes_.push_back(&top_);
+  }
+
+  std::vector<Tensor> run(OpCall& call) override {
+    for (Value& v : call.args) {
+      if (!v.is_tensor || !v.tensor.defined()) continue;
+      if (auto it = substitutes_.find(v.tensor.impl()); it != substitutes_.end()) v.tensor = it->second;
+      if (v.tensor.impl()->proxy_owner != &names_)
+        VOLT_FAIL(op_name(call.op), "got a tensor that is not an input of the traced function ("
+                                        << v.tensor.meta_str()
+                                        << "); pass it as an argument instead of capturing it");
+    }
+    if (!is_prim(call.op)) {
+      BoundSymbol b{call, {}, {}, false};
+      scopes_.push_back(&b.subsymbols);
+      std::vector<Tensor> outs = decompose(call);
+      scopes_.pop_back();
+      b.outputs = outs;
+      scopes_.back()->push_back(std::move(b));
+      return outs;
+    }
+    if (op_info(call.op).kind == OpKind::Random) {
+      // Counters are relative to the generator state when the program runs.
+      call.attrs.offset = rng_total_;
+      rng_total_ += static_cast<uint64_t>(shape_numel(call.attrs.ints));
+    }
+    std::vector<Tensor> outs;
+    for (const TensorMeta& m : infer_meta(call)) outs.push_back(names_.make(m, &names_));
+    BoundSymbol b{call, outs, {}, false};
+    if (scopes_.size() == 1) {
+      BoundSymbol top{call, outs, {b}, true};
+      top_.push_back(std::move(top));
+    } else {
+      scopes_.back()->push_back(std::move(b));
+    }
+    return outs;
+  }
+
+  double item(const Tensor& t) override {
+    VOLT_FAIL("item", "reading the value of traced tensor " << names_.name(t) << " ("
+                                                            << t.meta_str()
+                                                            << ") is not supported by this tracer");
+  }
+
+  std::vector<BoundSymbol> take() { return std::move(top_); }
+  uint64_t rng_total() const { return rng_total_; }
+
+ private:
+  ProxyNames& names_;
+  std::unordered_map<const TensorImpl*, Tensor> substitutes_;
+  std::vector<BoundSymbol> top_;
+  std::vector<std::vector<BoundSymbol>*> scopes_;
+  uint64_t rng_total_ = 0;
+};
+
+}  // namespace
+
+TraceResult trace_function(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+                           const std::vector<Tensor>& inputs, const std::vector<std::string>& names,
+                           const std::vector<Tensor>& captured,
+                           const std::vector<std::string>& captured_names) {
+  TraceResult r;
+  r.names = std::make_shared<ProxyNames>();
+  std::unordered_map<const TensorImpl*, Tensor> substitutes;
+  std::vector<Tensor> captured_proxies;
+  for (size_t i = 0; i < captured.size(); ++i) {
+    const Tensor& c = captured[i];
+    Tensor p = r.names->make({c.sizes(), c.dtype(), c.device()}, r.names.get(),
+                             i < captured_names.size() ? captured_names[i] : "c_" + std::to_string(i));
+    substitutes[c.impl()] = p;
+    captured_proxies.push_back(p);
+  }
+  std::vector<Tensor> proxies;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Tensor p = r.names->make({inputs[i].sizes(), inputs[i].dtype(), inputs[i].device()}, r.names.get(),
+                             i < names.size() ? names[i] : "t_" + std::to_string(i));
+    proxies.push_back(p);
+  }
+  Tracer tracer(*r.names, std::move(substitutes));
+  std::vector<Tensor> outs;
+  {
+    ModeGuard guard(&tracer);
+    outs = fn(proxies);
+  }
+  r.trace.inputs = captured_proxies;
+  r.trace.inputs.insert(r.trace.inputs.end(), proxies.begin(), proxies.end());
+  r.trace.bsyms = tracer.take();
+  r.trace.outputs = outs;
+  r.trace.rng_total = tracer.rng_total();
+  r.trace.provenance = "tracing";
+  return r;
+}
+
+std::vector<Tensor> interpret(const Trace& trace, const std::vector<Tensor>& inputs) {
+  VOLT_CHECK(inputs.size() == trace.inputs.size(), trace.name,
+             "expected " << trace.inputs.size() << " inputs, got " << inputs.size());
+  std::unordered_map<int64_t, Tensor> regs;
+  for (size_t i = 0; i < inputs.size(); ++i) regs[trace.inputs[i].impl()->proxy_id] = inputs[i];
+  PhiloxState rng = trace.rng_total ? rng_reserve(trace.rng_total) : PhiloxState{};
+  auto lookup = [&](const Tensor& p) -> const Tensor& {
+    auto it = regs.find(p.impl()->proxy_id);
+    VOLT_CHECK(it != regs.end(), trace.name, "value used before it was computed");
+    return it->second;
+  };
+  for (const BoundSymbol& b : flatten_to_prims(trace.bsyms)) {
+    OpCall c = b.call;
+    for (Value& v : c.args)
+      if (v.is_tensor && v.tensor.defined()) v.tensor = lookup(v.tensor);
+    if (op_info(c.op).kind == OpKind::Random) {
+      c.attrs.seed = rng.seed;
+      c.attrs.offset += rng.offset;
+    }
+    std::vector<Tensor> outs = run_eager(c);
+    for (size_t i = 0; i < outs.size(); ++i) regs[b.outputs[i].impl()->proxy_id] = outs[i];
+  }
+  std::vector<Tensor> results;
+  for (const Tensor& o : trace.outputs) results.push_back(lookup(o));
+  return results;
+}
+
+}  // namespace volt::jit

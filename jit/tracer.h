@@ -1,0 +1,29 @@
+// The tracer: a dispatch mode that records every op called on proxies.
+#pragma once
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "jit/trace.h"
+
+namespace volt::jit {
+
+struct TraceResult {
+  std::shared_ptr<ProxyNames> names;
+  Trace trace;
+};
+
+// Runs fn on proxies standing for `inputs` (same metadata) with the given names
+// and records what it does.
+// `captured` are tensors fn reaches by itself (a module's parameters): they
+// become named inputs too, placed first, and are replaced by proxies whenever
+// an op receives them.
+TraceResult trace_function(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+                           const std::vector<Tensor>& inputs, const std::vector<std::string>& names,
+                           const std::vector<Tensor>& captured = {},
+                           const std::vector<std::string>& captured_names = {});
+
+// Runs a trace's prims eagerly on real tensors (the eager executor).
+std::vector<Tensor> interpret(const Trace& trace, const std::vector<Tensor>& inputs);
+
+}  // namespace volt::jit

@@ -1,0 +1,120 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "autograd/node.h"
+#include "jit/jit.h"
+#include "nn/mlp.h"
+#include "tensor/ops.h"
+#include "tensor/random.h"
+
+using namespace volt;
+
+namespace {
+
+double max_rel_diff(const Tensor& a, const Tensor& b) {
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  REQUIRE(x.size() == y.size());
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    worst = std::max(worst, std::fabs(x[i] - y[i]) / (std::fabs(y[i]) + 1e-6));
+  return worst;
+}
+
+std::string final_trace(const jit::JitFunction& f) { return jit::last_traces(f).back().str(); }
+
+}  // namespace
+
+TEST_CASE("jit of a function matches eager and caches by metadata") {
+  auto fn = [](const std::vector<Tensor>& x) { return std::vector<Tensor>{add(mul(x[0], x[1]), exp(x[0]))}; };
+  auto jf = jit::jit(fn, {"a", "b"});
+  manual_seed(1);
+  Tensor a = Tensor::randn({3, 4}), b = Tensor::randn({4});
+  Tensor got = jf({a, b}).at(0);
+  Tensor want = fn({a, b}).at(0);
+  CHECK(max_rel_diff(got, want) < 1e-6);
+  CHECK(jit::cache_misses(jf) == 1);
+  CHECK(jf.last_miss_reason() == "first call");
+  jf({Tensor::randn({3, 4}), Tensor::randn({4})});
+  CHECK(jit::cache_hits(jf) == 1);
+  jf({Tensor::randn({5, 4}), Tensor::randn({4})});
+  CHECK(jit::cache_misses(jf) == 2);
+  CHECK(jf.last_miss_reason().find("input0=cpu f32[5, 4]") != std::string::npos);
+
+  std::string s = final_trace(jf);
+  CHECK(s.find("def computation(a, b):") != std::string::npos);
+  CHECK(s.find("# a: \"cpu f32[5, 4]\"") != std::string::npos);
+  CHECK(s.find("prims.mul(a, b)") != std::string::npos);
+  CHECK(s.find("prims.exp(a)") != std::string::npos);
+}
+
+TEST_CASE("the CSE pass merges repeated work and the DCE pass drops unused work") {
+  auto fn = [](const std::vector<Tensor>& x) {
+    Tensor unused = tanh(x[0]);
+    (void)unused;
+    return std::vector<Tensor>{add(exp(x[0]), exp(x[0]))};
+  };
+  auto jf = jit::jit(fn, {"x"});
+  Tensor x = Tensor::from_vector<float>({0.5f, -1.0f});
+  Tensor y = jf(x);
+  CHECK(max_rel_diff(y, mul(exp(x), 2.0)) < 1e-6);
+  const auto& traces = jit::last_traces(jf);
+  REQUIRE(traces.size() == 3);
+  std::string before = traces[1].str(), after = traces[2].str();
+  CHECK(before.find("prims.tanh") != std::string::npos);
+  CHECK(after.find("prims.tanh") == std::string::npos);
+  size_t first = after.find("prims.exp");
+  REQUIRE(first != std::string::npos);
+  CHECK(after.find("prims.exp", first + 1) == std::string::npos);
+}
+
+TEST_CASE("jit of the seed MLP: traces like Thunder's and matches eager in train and eval") {
+  manual_seed(0);
+  auto net = std::make_shared<nn::MLP>(12, std::vector<int64_t>{12, 6, 3}, true, 0.1);
+  auto jm = jit::jit(net);
+  Tensor x = Tensor::rand({4, 12});
+  Tensor target = Tensor::from_vector<int64_t>({0, 2, 1, 2});
+
+  net->train();
+  // Same generator state -> same dropout masks in eager and jit.
+  PhiloxState st = rng_state();
+  Tensor eager_loss = cross_entropy((*net)(x), target);
+  eager_loss.backward();
+  std::vector<Tensor> eager_grads;
+  for (auto& p : net->parameters()) eager_grads.push_back(p.grad().clone());
+  net->zero_grad();
+  set_rng_state(st);
+  Tensor jit_loss = cross_entropy(jm(x), target);
+  CHECK(max_rel_diff(jit_loss, eager_loss) < 1e-5);
+  jit_loss.backward();
+  auto params = net->parameters();
+  for (size_t i = 0; i < params.size(); ++i) CHECK(max_rel_diff(params[i].grad(), eager_grads[i]) < 1e-5);
+
+  std::string t0 = jit::last_traces(jm).front().str();
+  CHECK(t0.find("def computation(_0_weight, _0_bias, _3_weight, _3_bias, _6_weight, _6_bias, input):") !=
+        std::string::npos);
+  CHECK(t0.find("t0 = linear(input, _0_weight, _0_bias)  # t0: \"cpu f32[4, 12]\"") != std::string::npos);
+  CHECK(t0.find("  # t0 = prims.linear(input, _0_weight, _0_bias)") != std::string::npos);
+  CHECK(t0.find("= relu(t0)") != std::string::npos);
+  CHECK(t0.find("# t1 = prims.gt(t0, 0.0)  # t1: \"cpu b8[4, 12]\"") != std::string::npos);
+  CHECK(t0.find("prims.uniform((4, 12), 0.0, 1.0") != std::string::npos);
+  CHECK(t0.find("prims.lt(") != std::string::npos);
+  CHECK(t0.find("0.9)") != std::string::npos);
+  CHECK(t0.find("prims.convert_element_type(") != std::string::npos);
+  CHECK(t0.find("1.1111111111111112)") != std::string::npos);
+
+  net->eval();
+  NoGradGuard ng;
+  Tensor e = (*net)(x);
+  Tensor j = jm(x);
+  CHECK(jit::cache_misses(jm) == 2);  // training flag and grad mode differ
+  CHECK(max_rel_diff(j, e) < 1e-6);
+  CHECK(final_trace(jm).find("prims.uniform") == std::string::npos);
+}
+
+TEST_CASE("jit reports a captured tensor clearly") {
+  Tensor w = Tensor::ones({2});
+  auto jf = jit::jit([w](const std::vector<Tensor>& x) { return std::vector<Tensor>{mul(x[0], w)}; }, {"x"});
+  CHECK_THROWS_WITH_AS(jf(Tensor::ones({2})), doctest::Contains("not an input of the traced function"),
+                       volt::Error);
+}
