@@ -3,6 +3,8 @@
 #include <chrono>
 #include <sstream>
 
+#include "autograd/node.h"
+#include "jit/grad.h"
 #include "jit/passes.h"
 #include "jit/tracer.h"
 
@@ -60,13 +62,77 @@ std::vector<Tensor> JitFunction::operator()(const std::vector<Tensor>& args) {
     e->traces.push_back(tr.trace);
     e->traces.push_back(decompose_pass(e->traces.back()));
     e->traces.push_back(dce_cse_pass(e->traces.back()));
+    e->num_outputs = e->traces.back().outputs.size();
+    std::vector<bool> needs_grad;
+    bool any = false;
+    for (const Tensor& t : captured_) needs_grad.push_back(t.requires_grad());
+    for (const Tensor& t : args) needs_grad.push_back(t.requires_grad());
+    for (bool b : needs_grad) any |= b;
+    if (grad_enabled() && any && e->num_outputs == 1) {
+      GradTraces g = grad_pass(e->traces.back(), *e->names, needs_grad);
+      e->traces.push_back(std::move(g.forward));
+      e->backward_traces.push_back(std::move(g.backward));
+      e->grad_input_index = std::move(g.grad_input_index);
+    }
     cache_[key] = e;
     last_ = e;
   }
   last_key_ = key;
   std::vector<Tensor> inputs = captured_;
   inputs.insert(inputs.end(), args.begin(), args.end());
+  if (!last_->backward_traces.empty()) return run_with_grad(last_, inputs);
   return interpret(last_->traces.back(), inputs);
+}
+
+namespace {
+
+// The autograd node of a jitted call: runs the backward trace on what the
+// augmented forward saved, with the forward's random counters.
+struct JitNode final : autograd::Node {
+  std::shared_ptr<const Trace> backward;
+  std::vector<Tensor> saved;
+  PhiloxState rng;
+
+  std::vector<Tensor> apply(const Tensor& grad_out) override {
+    VOLT_CHECK(!released, "backward",
+               "trying to backward through a jitted call a second time; its saved tensors were "
+               "freed. Pass retain_graph=true the first time");
+    std::vector<Tensor> in = saved;
+    in.push_back(grad_out);
+    return interpret(*backward, in, &rng);
+  }
+  std::string name() const override { return "JitBackward"; }
+  void release() override {
+    released = true;
+    saved.clear();
+  }
+};
+
+}  // namespace
+
+std::vector<Tensor> JitFunction::run_with_grad(const std::shared_ptr<Entry>& e,
+                                               const std::vector<Tensor>& inputs) {
+  PhiloxState used;
+  std::vector<Tensor> all;
+  {
+    NoGradGuard no_grad;  // the backward trace replaces the eager tape
+    all = interpret(e->traces.back(), inputs, nullptr, &used);
+  }
+  auto node = std::make_shared<JitNode>();
+  node->backward = std::make_shared<const Trace>(e->backward_traces.back());
+  node->saved.assign(all.begin() + static_cast<std::ptrdiff_t>(e->num_outputs), all.end());
+  node->rng = used;
+  for (int idx : e->grad_input_index) node->next.push_back(autograd::edge_for(inputs[idx]));
+  std::vector<Tensor> outs(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(e->num_outputs));
+  // Outputs that alias an input (an identity function) get a fresh tensor to hang history on.
+  if (outs[0].requires_grad()) outs[0] = outs[0].detach();
+  autograd::set_history(outs[0], node);
+  return outs;
+}
+
+const std::vector<Trace>& JitFunction::last_backward_traces() const {
+  static const std::vector<Trace> none;
+  return last_ ? last_->backward_traces : none;
 }
 
 const std::vector<Trace>& JitFunction::last_traces() const {

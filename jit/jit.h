@@ -4,9 +4,10 @@
 //   Tensor y = jm(x);                         // first call traces, later calls hit the cache
 //   for (auto& t : volt::jit::last_traces(jm)) std::cout << t.str();
 //
-// Today the traced program runs on the eager executor (every prim through the
-// eager kernels, recorded by eager autograd, so training works unchanged);
-// symbolic grad, fusion and generated kernels build on these traces.
+// When the call needs gradients the trace is differentiated symbolically into
+// an augmented forward and a backward trace; loss.backward() runs the backward
+// trace and accumulates into the shared parameters' .grad.  Both run on the
+// eager executor (every prim through the eager kernels).
 #pragma once
 #include <functional>
 #include <memory>
@@ -30,6 +31,8 @@ class JitFunction {
   Tensor operator()(const Tensor& x) { return (*this)(std::vector<Tensor>{x}).at(0); }
 
   const std::vector<Trace>& last_traces() const;
+  // The backward traces of the last call (empty when it needed no gradient).
+  const std::vector<Trace>& last_backward_traces() const;
   int64_t cache_hits() const { return hits_; }
   int64_t cache_misses() const { return misses_; }
   // Why the last miss happened ("first call", or the field that differed).
@@ -38,8 +41,12 @@ class JitFunction {
  private:
   struct Entry {
     std::shared_ptr<ProxyNames> names;
-    std::vector<Trace> traces;  // one per pass; the last one runs
+    std::vector<Trace> traces;           // one per pass; the last one runs
+    std::vector<Trace> backward_traces;  // when the call needs gradients
+    std::vector<int> grad_input_index;   // backward output k is the grad of input grad_input_index[k]
+    size_t num_outputs = 0;
   };
+  std::vector<Tensor> run_with_grad(const std::shared_ptr<Entry>& e, const std::vector<Tensor>& inputs);
   std::string key_for(const std::vector<Tensor>& args) const;
 
   Fn fn_;
@@ -75,6 +82,9 @@ JitFunction jit(std::shared_ptr<M> module) {
 }
 
 inline const std::vector<Trace>& last_traces(const JitFunction& f) { return f.last_traces(); }
+inline const std::vector<Trace>& last_backward_traces(const JitFunction& f) {
+  return f.last_backward_traces();
+}
 inline int64_t cache_hits(const JitFunction& f) { return f.cache_hits(); }
 inline int64_t cache_misses(const JitFunction& f) { return f.cache_misses(); }
 

@@ -105,12 +105,23 @@ TraceResult trace_function(const std::function<std::vector<Tensor>(const std::ve
   return r;
 }
 
-std::vector<Tensor> interpret(const Trace& trace, const std::vector<Tensor>& inputs) {
+std::vector<BoundSymbol> record(ProxyNames& names, const std::function<void()>& fn) {
+  Tracer tracer(names, {});
+  {
+    ModeGuard guard(&tracer);
+    fn();
+  }
+  return flatten_to_prims(tracer.take());
+}
+
+std::vector<Tensor> interpret(const Trace& trace, const std::vector<Tensor>& inputs,
+                              const PhiloxState* rng_in, PhiloxState* rng_used) {
   VOLT_CHECK(inputs.size() == trace.inputs.size(), trace.name,
              "expected " << trace.inputs.size() << " inputs, got " << inputs.size());
   std::unordered_map<int64_t, Tensor> regs;
   for (size_t i = 0; i < inputs.size(); ++i) regs[trace.inputs[i].impl()->proxy_id] = inputs[i];
-  PhiloxState rng = trace.rng_total ? rng_reserve(trace.rng_total) : PhiloxState{};
+  PhiloxState rng = rng_in ? *rng_in : trace.rng_total ? rng_reserve(trace.rng_total) : PhiloxState{};
+  if (rng_used) *rng_used = rng;
   auto lookup = [&](const Tensor& p) -> const Tensor& {
     auto it = regs.find(p.impl()->proxy_id);
     VOLT_CHECK(it != regs.end(), trace.name, "value used before it was computed");

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "jit/trace.h"
+#include "tensor/random.h"
 
 namespace volt::jit {
 
@@ -23,7 +24,13 @@ TraceResult trace_function(const std::function<std::vector<Tensor>(const std::ve
                            const std::vector<Tensor>& captured = {},
                            const std::vector<std::string>& captured_names = {});
 
-// Runs a trace's prims eagerly on real tensors (the eager executor).
-std::vector<Tensor> interpret(const Trace& trace, const std::vector<Tensor>& inputs);
+// Records what fn does to existing proxies of `names` (flat prims, in order).
+std::vector<BoundSymbol> record(ProxyNames& names, const std::function<void()>& fn);
+
+// Runs a trace's prims eagerly on real tensors (the eager executor).  Random
+// draws use `rng` when given (backward regenerating forward's draws), else
+// counters reserved from the global generator; `rng_used` reports which.
+std::vector<Tensor> interpret(const Trace& trace, const std::vector<Tensor>& inputs,
+                              const PhiloxState* rng = nullptr, PhiloxState* rng_used = nullptr);
 
 }  // namespace volt::jit

@@ -118,3 +118,43 @@ TEST_CASE("jit reports a captured tensor clearly") {
   CHECK_THROWS_WITH_AS(jf(Tensor::ones({2})), doctest::Contains("not an input of the traced function"),
                        volt::Error);
 }
+
+TEST_CASE("jit grad: backward trace regenerates dropout masks and training tracks eager for 20 steps") {
+  manual_seed(3);
+  auto eager_net = std::make_shared<nn::MLP>(10, std::vector<int64_t>{16, 8, 4}, true, 0.1);
+  manual_seed(3);
+  auto jit_net = std::make_shared<nn::MLP>(10, std::vector<int64_t>{16, 8, 4}, true, 0.1);
+  auto jm = jit::jit(jit_net);
+  Tensor x = Tensor::randn({6, 10});
+  Tensor target = Tensor::from_vector<int64_t>({0, 1, 2, 3, 0, 1});
+  auto sgd_step = [](nn::Module& m) {
+    NoGradGuard ng;
+    for (auto& p : m.parameters()) {
+      p.copy_(sub(p, mul(p.grad(), 0.05)));
+    }
+    m.zero_grad();
+  };
+  for (int step = 0; step < 20; ++step) {
+    PhiloxState st = rng_state();
+    cross_entropy((*eager_net)(x), target).backward();
+    sgd_step(*eager_net);
+    set_rng_state(st);
+    cross_entropy(jm(x), target).backward();
+    sgd_step(*jit_net);
+  }
+  CHECK(jit::cache_misses(jm) == 1);
+  CHECK(jit::cache_hits(jm) == 19);
+  auto pe = eager_net->parameters(), pj = jit_net->parameters();
+  for (size_t i = 0; i < pe.size(); ++i) CHECK(max_rel_diff(pj[i], pe[i]) < 1e-4);
+
+  REQUIRE(jit::last_backward_traces(jm).size() == 1);
+  std::string fwd = jit::last_traces(jm).back().str();
+  std::string bwd = jit::last_backward_traces(jm).back().str();
+  CHECK(fwd.find("def augmented_forward_fn(") != std::string::npos);
+  CHECK(bwd.find("def backward_fn(") != std::string::npos);
+  // The masks are regenerated from the same Philox counters, not saved.
+  CHECK(bwd.find("prims.uniform((6, 16), 0.0, 1.0, device=cpu, dtype=f32, rng_offset=0)") != std::string::npos);
+  std::string signature = bwd.substr(0, bwd.find('\n', bwd.find("def backward_fn")));
+  CHECK(signature.find("_0_weight") == std::string::npos);  // the first layer's weight is not needed
+  CHECK(signature.find("input") != std::string::npos);      // its input is
+}

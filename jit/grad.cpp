@@ -1,0 +1,158 @@
+#include "jit/grad.h"
+
+#include <chrono>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/vjp.h"
+#include "jit/passes.h"
+#include "jit/tracer.h"
+#include "tensor/ops.h"
+
+namespace volt::jit {
+
+namespace {
+
+int64_t id_of(const Tensor& t) { return t.impl()->proxy_id; }
+
+// Whether a forward value can be regenerated in backward from nothing saved:
+// it comes from `uniform` through elementwise prims with no tensor inputs besides.
+bool recomputable(int64_t id, const std::unordered_map<int64_t, const BoundSymbol*>& producer,
+                  std::unordered_map<int64_t, bool>& memo) {
+  if (auto it = memo.find(id); it != memo.end()) return it->second;
+  auto p = producer.find(id);
+  bool ok = false;
+  if (p != producer.end()) {
+    const BoundSymbol& b = *p->second;
+    ok = is_elementwise(b.call.op);
+    for (const Value& v : b.call.args)
+      if (ok && v.is_tensor) ok = recomputable(id_of(v.tensor), producer, memo);
+  }
+  memo[id] = ok;
+  return ok;
+}
+
+}  // namespace
+
+GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool>& requires_grad) {
+  auto t0 = std::chrono::steady_clock::now();
+  GradTraces r;
+  r.num_outputs = fwd.outputs.size();
+  const std::vector<BoundSymbol> prims = flatten_to_prims(fwd.bsyms);
+
+  // Which values carry a gradient.
+  std::unordered_set<int64_t> needs;
+  for (size_t i = 0; i < fwd.inputs.size(); ++i)
+    if (requires_grad[i]) needs.insert(id_of(fwd.inputs[i]));
+  for (const BoundSymbol& b : prims) {
+    if (!autograd::is_differentiable(b.call.op)) continue;
+    for (const Value& v : b.call.args)
+      if (v.is_tensor && v.tensor.defined() && needs.count(id_of(v.tensor))) {
+        for (const Tensor& o : b.outputs)
+          if (is_floating(o.dtype())) needs.insert(id_of(o));
+        break;
+      }
+  }
+
+  // Trace the VJP rules in reverse order, summing gradients of reused values.
+  std::vector<Tensor> cotangents;
+  std::unordered_map<int64_t, Tensor> grads;
+  for (const Tensor& o : fwd.outputs) {
+    Tensor c = names.make({o.sizes(), o.dtype(), o.device()}, &names, "cotangent" + (fwd.outputs.size() > 1 ? std::to_string(cotangents.size()) : std::string()));
+    cotangents.push_back(c);
+    grads[id_of(o)] = c;
+  }
+  std::vector<BoundSymbol> bwd = record(names, [&] {
+    for (auto it = prims.rbegin(); it != prims.rend(); ++it) {
+      const BoundSymbol& b = *it;
+      if (b.outputs.empty() || !needs.count(id_of(b.outputs[0]))) continue;
+      auto g = grads.find(id_of(b.outputs[0]));
+      if (g == grads.end()) continue;
+      std::vector<Tensor> in_grads = autograd::vjp(b.call, g->second);
+      for (size_t i = 0; i < b.call.args.size() && i < in_grads.size(); ++i) {
+        const Value& v = b.call.args[i];
+        if (!v.is_tensor || !v.tensor.defined() || !in_grads[i].defined() || !needs.count(id_of(v.tensor)))
+          continue;
+        Tensor& acc = grads[id_of(v.tensor)];
+        acc = acc.defined() ? add(acc, in_grads[i]) : in_grads[i];
+      }
+    }
+  });
+
+  Trace bt;
+  bt.name = "backward_fn";
+  bt.bsyms = std::move(bwd);
+  for (size_t i = 0; i < fwd.inputs.size(); ++i) {
+    if (!requires_grad[i]) continue;
+    auto g = grads.find(id_of(fwd.inputs[i]));
+    Tensor out = g != grads.end() ? g->second : Tensor();
+    if (!out.defined()) {
+      // An input that no output depends on: its gradient is zero.
+      Tensor z;
+      auto extra = record(names, [&] { z = full(fwd.inputs[i].sizes(), 0.0, fwd.inputs[i].dtype(), fwd.inputs[i].device()); });
+      bt.bsyms.insert(bt.bsyms.end(), extra.begin(), extra.end());
+      out = z;
+    }
+    bt.outputs.push_back(out);
+    r.grad_input_index.push_back(static_cast<int>(i));
+  }
+  bt.inputs = cotangents;  // provisional; DCE first, then the saved list is what remains used
+  bt = dce_cse_pass(bt);
+
+  // Rematerialize: regenerate cheap random-derived values in backward.
+  std::unordered_map<int64_t, const BoundSymbol*> producer;
+  for (const BoundSymbol& b : prims)
+    for (const Tensor& o : b.outputs) producer[id_of(o)] = &b;
+  std::unordered_map<int64_t, bool> memo;
+  std::unordered_set<int64_t> produced_in_bwd;
+  for (const Tensor& c : cotangents) produced_in_bwd.insert(id_of(c));
+  for (const BoundSymbol& b : bt.bsyms)
+    for (const Tensor& o : b.outputs) produced_in_bwd.insert(id_of(o));
+  std::vector<BoundSymbol> regen;
+  std::unordered_set<int64_t> regen_ids;
+  std::function<void(int64_t)> pull = [&](int64_t id) {
+    if (regen_ids.count(id)) return;
+    const BoundSymbol& b = *producer.at(id);
+    for (const Value& v : b.call.args)
+      if (v.is_tensor) pull(id_of(v.tensor));
+    regen.push_back(b);
+    for (const Tensor& o : b.outputs) regen_ids.insert(id_of(o));
+  };
+  std::vector<Tensor> saved;
+  std::unordered_set<int64_t> saved_ids;
+  for (const BoundSymbol& b : bt.bsyms)
+    for (const Value& v : b.call.args) {
+      if (!v.is_tensor || !v.tensor.defined()) continue;
+      int64_t id = id_of(v.tensor);
+      if (produced_in_bwd.count(id) || saved_ids.count(id) || regen_ids.count(id)) continue;
+      if (recomputable(id, producer, memo)) {
+        pull(id);
+      } else {
+        saved.push_back(v.tensor);
+        saved_ids.insert(id);
+      }
+    }
+  for (const Tensor& o : bt.outputs)  // a gradient that is a forward value itself
+    if (!produced_in_bwd.count(id_of(o)) && !saved_ids.count(id_of(o)) && !regen_ids.count(id_of(o))) {
+      saved.push_back(o);
+      saved_ids.insert(id_of(o));
+    }
+  bt.bsyms.insert(bt.bsyms.begin(), regen.begin(), regen.end());
+  bt.rng_total = fwd.rng_total;
+  bt.inputs = saved;
+  bt.inputs.insert(bt.inputs.end(), cotangents.begin(), cotangents.end());
+  bt.provenance = "Grad transform and rematerialization";
+  bt.millis = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+  Trace ft = fwd;
+  ft.name = "augmented_forward_fn";
+  ft.bsyms = prims;
+  ft.outputs.insert(ft.outputs.end(), saved.begin(), saved.end());
+  ft.provenance = "Grad transform and rematerialization";
+  ft.millis = bt.millis;
+  r.forward = std::move(ft);
+  r.backward = std::move(bt);
+  return r;
+}
+
+}  // namespace volt::jit

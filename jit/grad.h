@@ -1,0 +1,23 @@
+// The grad pass: from a forward trace, an augmented forward trace (outputs plus
+// what backward needs) and a backward trace, both made by tracing the same VJP
+// rules eager autograd runs (autograd/vjp.cpp).
+#pragma once
+#include <vector>
+
+#include "jit/trace.h"
+
+namespace volt::jit {
+
+struct GradTraces {
+  Trace forward;   // returns the outputs, then the saved tensors
+  Trace backward;  // inputs: saved tensors, then one cotangent per output; returns input grads
+  size_t num_outputs = 0;
+  std::vector<int> grad_input_index;  // for each backward output, which forward input it belongs to
+};
+
+// `requires_grad[i]` says whether forward input i needs a gradient.  Values
+// backward needs that are cheap to regenerate (random masks: a chain of
+// elementwise prims from `uniform`) are recomputed in backward, not saved.
+GradTraces grad_pass(const Trace& forward, ProxyNames& names, const std::vector<bool>& requires_grad);
+
+}  // namespace volt::jit
