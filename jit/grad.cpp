@@ -137,7 +137,29 @@ GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool
       saved.push_back(o);
       saved_ids.insert(id_of(o));
     }
-  bt.bsyms.insert(bt.bsyms.begin(), regen.begin(), regen.end());
+  // Each regenerated value goes right before its first use, so the fusion
+  // pass puts the regeneration into the same kernel as its consumer.
+  {
+    std::unordered_map<int64_t, const BoundSymbol*> regen_of;
+    for (const BoundSymbol& b : regen)
+      for (const Tensor& o : b.outputs) regen_of[id_of(o)] = &b;
+    std::unordered_set<const BoundSymbol*> placed;
+    std::vector<BoundSymbol> ordered;
+    std::function<void(int64_t)> place = [&](int64_t id) {
+      auto it = regen_of.find(id);
+      if (it == regen_of.end() || placed.count(it->second)) return;
+      for (const Value& v : it->second->call.args)
+        if (v.is_tensor) place(id_of(v.tensor));
+      placed.insert(it->second);
+      ordered.push_back(*it->second);
+    };
+    for (const BoundSymbol& b : bt.bsyms) {
+      for (const Value& v : b.call.args)
+        if (v.is_tensor && v.tensor.defined()) place(id_of(v.tensor));
+      ordered.push_back(b);
+    }
+    bt.bsyms = std::move(ordered);
+  }
   bt.rng_total = fwd.rng_total;
   bt.inputs = saved;
   bt.inputs.insert(bt.inputs.end(), cotangents.begin(), cotangents.end());

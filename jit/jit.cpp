@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "autograd/node.h"
+#include "jit/fusion.h"
 #include "jit/grad.h"
 #include "jit/passes.h"
 #include "jit/tracer.h"
@@ -73,6 +74,19 @@ std::vector<Tensor> JitFunction::operator()(const std::vector<Tensor>& args) {
       e->traces.push_back(std::move(g.forward));
       e->backward_traces.push_back(std::move(g.backward));
       e->grad_input_index = std::move(g.grad_input_index);
+    }
+    // Fusion bypasses the eager tape, so it runs where the gradient comes
+    // from the backward trace, or where no gradient is needed.
+    if (!e->backward_traces.empty() || !(grad_enabled() && any)) {
+      for (std::vector<Trace>* list : {&e->traces, &e->backward_traces}) {
+        if (list->empty()) continue;
+        Trace fused = fusion_pass(list->back());
+        auto c0 = std::chrono::steady_clock::now();
+        compile_fusions(fused);
+        fused.millis += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
+        list->push_back(std::move(fused));
+        list->push_back(del_last_used_pass(list->back()));
+      }
     }
     cache_[key] = e;
     last_ = e;

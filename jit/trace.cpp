@@ -87,12 +87,26 @@ std::string outputs_str(const ProxyNames& names, const std::vector<Tensor>& outs
 
 void print_bsym(std::ostream& os, const ProxyNames& names, const BoundSymbol& b, int depth) {
   std::string indent(2 + 2 * depth, ' ');
+  if (!b.fusion_name.empty()) {
+    std::string outs = "(";
+    for (size_t i = 0; i < b.outputs.size(); ++i) outs += (i ? ", " : "") + names.name(b.outputs[i]);
+    os << indent << outs << ") = " << b.fusion_name << "(";
+    for (size_t i = 0; i < b.fusion_inputs.size(); ++i) os << (i ? ", " : "") << names.name(b.fusion_inputs[i]);
+    os << ")\n";
+    for (const BoundSymbol& s : b.subsymbols) print_bsym(os, names, s, depth + 1);
+  } else {
   bool as_prim = is_prim(b.call.op) && b.subsymbols.empty();
   os << indent << (depth > 0 ? "# " : "") << outputs_str(names, b.outputs) << " = "
      << call_str(names, b.call, as_prim);
   if (!b.outputs.empty()) os << "  # " << type_comment(names, b.outputs[0]);
   os << "\n";
   for (const BoundSymbol& s : b.subsymbols) print_bsym(os, names, s, depth + 1);
+  }
+  if (!b.del_after.empty()) {
+    os << indent << "del [";
+    for (size_t i = 0; i < b.del_after.size(); ++i) os << (i ? ", " : "") << names.name(b.del_after[i]);
+    os << "]\n";
+  }
 }
 
 }  // namespace
@@ -121,7 +135,7 @@ std::string Trace::str() const {
 std::vector<BoundSymbol> flatten_to_prims(const std::vector<BoundSymbol>& bsyms) {
   std::vector<BoundSymbol> out;
   for (const BoundSymbol& b : bsyms) {
-    if (b.subsymbols.empty()) {
+    if (b.subsymbols.empty() || !b.fusion_name.empty()) {
       BoundSymbol p = b;
       p.top_level_prim = false;
       out.push_back(std::move(p));

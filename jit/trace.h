@@ -21,11 +21,20 @@ namespace volt::jit {
 
 // One recorded op.  Arguments and outputs are proxy tensors (Tensor::proxy),
 // identified by their proxy_id; scalars stay scalars.
+struct FusedKernel;  // jit/fusion.h
+
 struct BoundSymbol {
   OpCall call;
   std::vector<Tensor> outputs;
   std::vector<BoundSymbol> subsymbols;  // the decomposition (prims under an op)
   bool top_level_prim = false;          // a prim the user called directly
+
+  // A fusion region: `cpuFusion0(inputs) -> outputs`, its prims in subsymbols.
+  std::string fusion_name;
+  std::vector<Tensor> fusion_inputs;
+  std::shared_ptr<FusedKernel> kernel;
+
+  std::vector<Tensor> del_after;  // values last used here (the delete-last-used pass)
 };
 
 struct Trace {

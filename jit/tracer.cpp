@@ -2,6 +2,7 @@
 
 #include <unordered_map>
 
+#include "jit/fusion.h"
 #include "tensor/random.h"
 
 namespace volt::jit {
@@ -105,6 +106,49 @@ TraceResult trace_function(const std::function<std::vector<Tensor>(const std::ve
   return r;
 }
 
+namespace {
+
+// One fused region: its generated kernel over contiguous buffers, or its prims
+// one by one when no kernel could be built.
+template <class Lookup>
+void run_fusion(const BoundSymbol& f, std::unordered_map<int64_t, Tensor>& regs, Lookup& lookup,
+                const PhiloxState& rng) {
+  if (!f.kernel || !f.kernel->fn) {
+    std::unordered_map<int64_t, Tensor>& r = regs;
+    for (const BoundSymbol& p : f.subsymbols) {
+      OpCall c = p.call;
+      for (Value& v : c.args)
+        if (v.is_tensor && v.tensor.defined()) v.tensor = lookup(v.tensor);
+      if (op_info(c.op).kind == OpKind::Random) {
+        c.attrs.seed = rng.seed;
+        c.attrs.offset += rng.offset;
+      }
+      std::vector<Tensor> outs = run_eager(c);
+      r[p.outputs[0].impl()->proxy_id] = outs[0];
+    }
+    return;
+  }
+  std::vector<Tensor> keep;
+  std::vector<void*> ptrs;
+  for (const Tensor& in : f.fusion_inputs) {
+    Tensor x = lookup(in);
+    VOLT_CHECK(x.device().is_cpu(), f.fusion_name, "expected CPU tensors, got " << x.meta_str());
+    if (!x.is_contiguous()) x = x.contiguous();
+    keep.push_back(x);
+    ptrs.push_back(x.raw_data());
+  }
+  std::vector<Tensor> outs;
+  for (const Tensor& o : f.outputs) {
+    outs.push_back(Tensor::empty(o.sizes(), o.dtype(), o.device()));
+    ptrs.push_back(outs.back().raw_data());
+  }
+  long long n = static_cast<long long>(f.subsymbols.front().outputs.front().numel());
+  f.kernel->fn(n, ptrs.data(), rng.seed, rng.offset);
+  for (size_t i = 0; i < outs.size(); ++i) regs[f.outputs[i].impl()->proxy_id] = outs[i];
+}
+
+}  // namespace
+
 std::vector<BoundSymbol> record(ProxyNames& names, const std::function<void()>& fn) {
   Tracer tracer(names, {});
   {
@@ -128,6 +172,11 @@ std::vector<Tensor> interpret(const Trace& trace, const std::vector<Tensor>& inp
     return it->second;
   };
   for (const BoundSymbol& b : flatten_to_prims(trace.bsyms)) {
+    if (!b.fusion_name.empty()) {
+      run_fusion(b, regs, lookup, rng);
+      for (const Tensor& d : b.del_after) regs.erase(d.impl()->proxy_id);
+      continue;
+    }
     OpCall c = b.call;
     for (Value& v : c.args)
       if (v.is_tensor && v.tensor.defined()) v.tensor = lookup(v.tensor);
@@ -137,6 +186,7 @@ std::vector<Tensor> interpret(const Trace& trace, const std::vector<Tensor>& inp
     }
     std::vector<Tensor> outs = run_eager(c);
     for (size_t i = 0; i < outs.size(); ++i) regs[b.outputs[i].impl()->proxy_id] = outs[i];
+    for (const Tensor& d : b.del_after) regs.erase(d.impl()->proxy_id);
   }
   std::vector<Tensor> results;
   for (const Tensor& o : trace.outputs) results.push_back(lookup(o));

@@ -59,7 +59,7 @@ TEST_CASE("the CSE pass merges repeated work and the DCE pass drops unused work"
   Tensor y = jf(x);
   CHECK(max_rel_diff(y, mul(exp(x), 2.0)) < 1e-6);
   const auto& traces = jit::last_traces(jf);
-  REQUIRE(traces.size() == 3);
+  REQUIRE(traces.size() == 5);  // tracing, decompose, DCE/CSE, fusion, delete-last-used
   std::string before = traces[1].str(), after = traces[2].str();
   CHECK(before.find("prims.tanh") != std::string::npos);
   CHECK(after.find("prims.tanh") == std::string::npos);
@@ -147,9 +147,16 @@ TEST_CASE("jit grad: backward trace regenerates dropout masks and training track
   auto pe = eager_net->parameters(), pj = jit_net->parameters();
   for (size_t i = 0; i < pe.size(); ++i) CHECK(max_rel_diff(pj[i], pe[i]) < 1e-4);
 
-  REQUIRE(jit::last_backward_traces(jm).size() == 1);
+  REQUIRE(jit::last_backward_traces(jm).size() == 3);  // grad, fusion, delete-last-used
   std::string fwd = jit::last_traces(jm).back().str();
-  std::string bwd = jit::last_backward_traces(jm).back().str();
+  std::string bwd = jit::last_backward_traces(jm).front().str();
+  std::string bwd_final = jit::last_backward_traces(jm).back().str();
+  CHECK(fwd.find("# Constructed by Delete Last Used") != std::string::npos);
+  CHECK(fwd.find(") = cpuFusion0(t0)") != std::string::npos);
+  CHECK(fwd.find("del [") != std::string::npos);
+  CHECK(bwd_final.find("= cpuFusion") != std::string::npos);
+  // Backward's fusions regenerate the masks inside the kernel.
+  CHECK(bwd_final.find("    # t3 = prims.uniform((6, 16)") != std::string::npos);
   CHECK(fwd.find("def augmented_forward_fn(") != std::string::npos);
   CHECK(bwd.find("def backward_fn(") != std::string::npos);
   // The masks are regenerated from the same Philox counters, not saved.

@@ -1,0 +1,284 @@
+#include "jit/fusion.h"
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "volt/philox_source.h"
+
+namespace volt::jit {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+int64_t id_of(const Tensor& t) { return t.impl()->proxy_id; }
+
+const ProxyNames& names_of(const Trace& t) {
+  for (const Tensor& x : t.inputs)
+    if (x.impl()->proxy_owner) return *static_cast<const ProxyNames*>(x.impl()->proxy_owner);
+  for (const Tensor& x : t.outputs)
+    if (x.impl()->proxy_owner) return *static_cast<const ProxyNames*>(x.impl()->proxy_owner);
+  throw Error("jit: a trace without proxies");
+}
+
+// Replaces the identifiers a, b, c (operands) and T (result type) in an op-table expression.
+std::string substitute(const std::string& expr, const std::vector<std::string>& operands,
+                       const std::string& result_type) {
+  std::string out;
+  for (size_t i = 0; i < expr.size();) {
+    if (std::isalpha(static_cast<unsigned char>(expr[i])) || expr[i] == '_') {
+      size_t j = i;
+      while (j < expr.size() && (std::isalnum(static_cast<unsigned char>(expr[j])) || expr[j] == '_')) ++j;
+      std::string id = expr.substr(i, j - i);
+      if (id == "a" || id == "b" || id == "c") out += operands.at(static_cast<size_t>(id[0] - 'a'));
+      else if (id == "T") out += result_type;
+      else out += id;
+      i = j;
+    } else {
+      out += expr[i++];
+    }
+  }
+  return out;
+}
+
+std::string literal(const Scalar& s, DType t) {
+  std::string c = dtype_c_type(t);
+  if (t == DType::b8) return s.value != 0 ? "true" : "false";
+  if (is_floating(t)) return "((" + c + ")" + python_float_repr(s.value) + ")";
+  return "((" + c + ")" + std::to_string(static_cast<long long>(s.value)) + "LL)";
+}
+
+// Index of element i of the group's shape in a (broadcast) input of shape `in`.
+std::string index_expr(const Shape& in, const Shape& out) {
+  if (in == out) return "i";
+  if (shape_numel(in) == 1) return "0";
+  Shape padded(out.size() - in.size(), 1);
+  padded.insert(padded.end(), in.begin(), in.end());
+  Shape ost = contiguous_strides(out), ist = contiguous_strides(padded);
+  std::string r;
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (padded[d] == 1) continue;
+    if (!r.empty()) r += " + ";
+    r += "((i / " + std::to_string(ost[d]) + "LL) % " + std::to_string(out[d]) + "LL) * " +
+         std::to_string(ist[d]) + "LL";
+  }
+  return r.empty() ? "0" : r;
+}
+
+std::string generate(const BoundSymbol& f, const ProxyNames& names, const Shape& shape) {
+  std::ostringstream os;
+  os << "// " << f.fusion_name << ": " << shape_str(shape) << "\n";
+  os << "VOLT_KERNEL(" << f.fusion_name << ") {\n";
+  size_t k = 0;
+  for (const Tensor& in : f.fusion_inputs)
+    os << "  const " << dtype_c_type(in.dtype()) << "* in_" << names.name(in) << " = (const "
+       << dtype_c_type(in.dtype()) << "*)args[" << k++ << "];\n";
+  for (const Tensor& o : f.outputs)
+    os << "  " << dtype_c_type(o.dtype()) << "* out_" << names.name(o) << " = (" << dtype_c_type(o.dtype())
+       << "*)args[" << k++ << "];\n";
+  os << "  VOLT_LOOP(i, n) {\n";
+  for (const Tensor& in : f.fusion_inputs)
+    os << "    const " << dtype_c_type(in.dtype()) << " " << names.name(in) << " = in_" << names.name(in)
+       << "[" << index_expr(in.sizes(), shape) << "];\n";
+  for (const BoundSymbol& p : f.subsymbols) {
+    const OpCall& c = p.call;
+    const Tensor& out = p.outputs[0];
+    std::string rt = dtype_c_type(out.dtype());
+    std::string expr;
+    if (c.op == OpId::uniform) {
+      bool f32 = c.attrs.dtype == DType::f32;
+      expr = std::string(f32 ? "volt_uniform_range_f32" : "volt_uniform_range_f64") + "(rng_seed, rng_offset + " +
+             std::to_string(c.attrs.offset) + "ULL, (unsigned long long)i, " + literal(c.attrs.a, c.attrs.dtype) +
+             ", " + literal(c.attrs.b, c.attrs.dtype) + ")";
+    } else {
+      OpKind kind = op_info(c.op).kind;
+      DType cd = kind == OpKind::Unary && c.op != OpId::logical_not ? out.dtype() : compute_dtype(c);
+      std::vector<std::string> ops;
+      for (size_t i = 0; i < c.args.size(); ++i) {
+        DType want = cd;
+        if (kind == OpKind::Ternary && i == 0) want = DType::b8;
+        if (kind == OpKind::Convert) want = c.args[0].tensor.dtype();
+        const Value& v = c.args[i];
+        ops.push_back(v.is_tensor ? "((" + std::string(dtype_c_type(want)) + ")" + names.name(v.tensor) + ")"
+                                  : literal(v.scalar, want));
+      }
+      expr = substitute(op_info(c.op).expr, ops, rt);
+    }
+    os << "    const " << rt << " " << names.name(out) << " = (" << rt << ")" << expr << ";\n";
+  }
+  for (const Tensor& o : f.outputs) os << "    out_" << names.name(o) << "[i] = " << names.name(o) << ";\n";
+  os << "  }\n}\n";
+  return os.str();
+}
+
+// Host-side definitions of the two macros; a GPU build defines them for CUDA.
+const char* kHostPrelude = R"volt(#include <cmath>
+using std::exp; using std::log; using std::sqrt; using std::tanh; using std::pow;
+#define VOLT_KERNEL(name) extern "C" void name(long long n, void* const* args, \
+    unsigned long long rng_seed, unsigned long long rng_offset)
+#define VOLT_LOOP(i, n) (void)rng_seed; (void)rng_offset; \
+    _Pragma("omp parallel for if (n > 65536)") for (long long i = 0; i < n; ++i)
+)volt";
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string compiler() {
+  if (const char* e = std::getenv("VOLT_CXX")) return e;
+#ifdef VOLT_CXX_COMPILER
+  return VOLT_CXX_COMPILER;
+#else
+  return "c++";
+#endif
+}
+
+}  // namespace
+
+Trace fusion_pass(const Trace& t, const std::string& prefix) {
+  auto t0 = Clock::now();
+  const ProxyNames& names = names_of(t);
+  std::vector<BoundSymbol> prims = flatten_to_prims(t.bsyms);
+  // Where each value is used: a group output is what is used after the group.
+  std::unordered_map<int64_t, size_t> last_use;
+  for (size_t i = 0; i < prims.size(); ++i)
+    for (const Value& v : prims[i].call.args)
+      if (v.is_tensor && v.tensor.defined()) last_use[id_of(v.tensor)] = i;
+  std::unordered_set<int64_t> outputs;
+  for (const Tensor& o : t.outputs) outputs.insert(id_of(o));
+
+  Trace r = t;
+  r.bsyms.clear();
+  int count = 0;
+  for (size_t i = 0; i < prims.size();) {
+    if (!is_elementwise(prims[i].call.op)) {
+      r.bsyms.push_back(prims[i++]);
+      continue;
+    }
+    Shape shape = prims[i].outputs[0].sizes();
+    size_t j = i;
+    while (j < prims.size() && is_elementwise(prims[j].call.op) && prims[j].outputs[0].sizes() == shape) ++j;
+    BoundSymbol f;
+    f.fusion_name = prefix + std::to_string(count++);
+    std::unordered_set<int64_t> inside, seen_in;
+    for (size_t k = i; k < j; ++k) {
+      for (const Value& v : prims[k].call.args)
+        if (v.is_tensor && !inside.count(id_of(v.tensor)) && seen_in.insert(id_of(v.tensor)).second)
+          f.fusion_inputs.push_back(v.tensor);
+      for (const Tensor& o : prims[k].outputs) inside.insert(id_of(o));
+      f.subsymbols.push_back(prims[k]);
+    }
+    for (size_t k = i; k < j; ++k)
+      for (const Tensor& o : prims[k].outputs) {
+        auto lu = last_use.find(id_of(o));
+        if (outputs.count(id_of(o)) || (lu != last_use.end() && lu->second >= j)) f.outputs.push_back(o);
+      }
+    f.kernel = std::make_shared<FusedKernel>();
+    f.kernel->name = f.fusion_name;
+    f.kernel->source = generate(f, names, shape);
+    r.bsyms.push_back(std::move(f));
+    i = j;
+  }
+  r.provenance = "Fusion";
+  r.millis = ms_since(t0);
+  return r;
+}
+
+bool compile_fusions(Trace& t) {
+  std::string body;
+  for (const BoundSymbol& b : t.bsyms)
+    if (b.kernel) body += b.kernel->source + "\n";
+  if (body.empty()) return true;
+  const std::string flags = "-O3 -march=native -ffp-contract=off -fopenmp -shared -fPIC";
+  std::string source = std::string(kHostPrelude) + "#define VOLT_HD\n" + kPhiloxSource + "\n" + body;
+  std::string cxx = compiler();
+  std::ostringstream key;
+  key << std::hex << fnv1a(source + cxx + flags + VOLT_VERSION);
+
+  static std::mutex mutex;
+  static std::unordered_map<std::string, void*> loaded;  // in-memory cache: one dlopen per library
+  static bool warned = false;
+  std::lock_guard<std::mutex> lock(mutex);
+  void* handle = nullptr;
+  if (auto it = loaded.find(key.str()); it != loaded.end()) {
+    handle = it->second;
+  } else {
+    namespace fs = std::filesystem;
+    const char* home = std::getenv("HOME");
+    fs::path dir = std::getenv("VOLT_KERNEL_CACHE") ? fs::path(std::getenv("VOLT_KERNEL_CACHE"))
+                                                    : fs::path(home ? home : "/tmp") / ".cache/volt/kernels";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    fs::path so = dir / ("cpu_" + key.str() + ".so");
+    if (!fs::exists(so)) {
+      fs::path src = dir / ("cpu_" + key.str() + ".cpp");
+      std::ofstream(src) << source;
+      // Built under a temporary name and renamed, so a concurrent reader never sees half a file.
+      fs::path tmp = so;
+      tmp += ".tmp" + std::to_string(::getpid());
+      std::string cmd = cxx + " " + flags + " -o " + tmp.string() + " " + src.string() + " 2>&1";
+      std::string log;
+      if (FILE* p = ::popen(cmd.c_str(), "r")) {
+        char buf[512];
+        while (std::fgets(buf, sizeof buf, p)) log += buf;
+        int rc = ::pclose(p);
+        if (rc == 0) fs::rename(tmp, so, ec);
+      }
+      if (!fs::exists(so)) {
+        if (!warned) {
+          std::cerr << "volt: warning: the host C++ compiler '" << cxx
+                    << "' could not build fused kernels; running them prim by prim instead.\n"
+                    << log;
+          warned = true;
+        }
+        return false;
+      }
+    }
+    handle = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      if (!warned) std::cerr << "volt: warning: cannot load " << so << ": " << ::dlerror() << "\n";
+      warned = true;
+      return false;
+    }
+    loaded[key.str()] = handle;
+  }
+  for (BoundSymbol& b : t.bsyms)
+    if (b.kernel) b.kernel->fn = reinterpret_cast<KernelFn>(::dlsym(handle, b.kernel->name.c_str()));
+  return true;
+}
+
+Trace del_last_used_pass(const Trace& t) {
+  auto t0 = Clock::now();
+  Trace r = t;
+  std::unordered_set<int64_t> keep, seen;
+  for (const Tensor& o : t.outputs) keep.insert(id_of(o));
+  // Walking backwards, the first time a value is met is its last use.
+  for (auto it = r.bsyms.rbegin(); it != r.bsyms.rend(); ++it) {
+    it->del_after.clear();
+    const auto& args_src = it->fusion_name.empty() ? std::vector<Tensor>{} : it->fusion_inputs;
+    std::vector<Tensor> used = args_src;
+    if (it->fusion_name.empty())
+      for (const Value& v : it->call.args)
+        if (v.is_tensor && v.tensor.defined()) used.push_back(v.tensor);
+    for (const Tensor& u : used)
+      if (!keep.count(id_of(u)) && seen.insert(id_of(u)).second) it->del_after.push_back(u);
+  }
+  r.provenance = "Delete Last Used";
+  r.millis = ms_since(t0);
+  return r;
+}
+
+}  // namespace volt::jit
