@@ -1,6 +1,8 @@
 #include "jit/jit.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <iostream>
 #include <sstream>
 
 #include "autograd/node.h"
@@ -55,6 +57,15 @@ std::vector<Tensor> JitFunction::operator()(const std::vector<Tensor>& args) {
   } else {
     ++misses_;
     miss_reason_ = last_key_.empty() ? "first call" : first_difference(last_key_, key);
+    static const bool log = [] {
+      const char* e = std::getenv("VOLT_JIT_LOG");
+      return e && std::string(e).find("recompile") != std::string::npos;
+    }();
+    if (log) std::cerr << "volt.jit: compiling (" << miss_reason_ << ")\n";
+    if (misses_ == 9)
+      std::cerr << "volt.jit: warning: this function was compiled 9 times; inputs whose shapes, "
+                   "dtypes or requires_grad keep changing defeat the cache (last change: "
+                << miss_reason_ << ")\n";
     auto t0 = std::chrono::steady_clock::now();
     TraceResult tr = trace_function(fn_, args, input_names_, captured_, captured_names_);
     tr.trace.millis = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -142,6 +153,18 @@ std::vector<Tensor> JitFunction::run_with_grad(const std::shared_ptr<Entry>& e,
   if (outs[0].requires_grad()) outs[0] = outs[0].detach();
   autograd::set_history(outs[0], node);
   return outs;
+}
+
+JitFunction::CompileStats JitFunction::compile_stats() const {
+  CompileStats st;
+  if (!last_) return st;
+  for (const std::vector<Trace>* list : {&last_->traces, &last_->backward_traces})
+    for (const Trace& t : *list) {
+      st.passes.push_back({t.name + ": " + t.provenance, t.millis});
+      st.total_ms += t.millis;
+      for (const BoundSymbol& b : t.bsyms) st.fusions += b.kernel && &t == &list->back() ? 1 : 0;
+    }
+  return st;
 }
 
 const std::vector<Trace>& JitFunction::last_backward_traces() const {

@@ -38,6 +38,14 @@ class JitFunction {
   // Why the last miss happened ("first call", or the field that differed).
   const std::string& last_miss_reason() const { return miss_reason_; }
 
+  struct CompileStats {
+    std::vector<std::pair<std::string, double>> passes;  // pass name, milliseconds
+    double total_ms = 0;
+    int fusions = 0;
+  };
+  // What the last cache miss cost, pass by pass (forward and backward).
+  CompileStats compile_stats() const;
+
  private:
   struct Entry {
     std::shared_ptr<ProxyNames> names;
@@ -87,5 +95,6 @@ inline const std::vector<Trace>& last_backward_traces(const JitFunction& f) {
 }
 inline int64_t cache_hits(const JitFunction& f) { return f.cache_hits(); }
 inline int64_t cache_misses(const JitFunction& f) { return f.cache_misses(); }
+inline JitFunction::CompileStats compile_stats(const JitFunction& f) { return f.compile_stats(); }
 
 }  // namespace volt::jit

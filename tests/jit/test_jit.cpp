@@ -46,6 +46,11 @@ TEST_CASE("jit of a function matches eager and caches by metadata") {
   CHECK(s.find("# a: \"cpu f32[5, 4]\"") != std::string::npos);
   CHECK(s.find("prims.mul(a, b)") != std::string::npos);
   CHECK(s.find("prims.exp(a)") != std::string::npos);
+  // One fused kernel for the mul, exp and add; its cost is reported pass by pass.
+  auto st = jit::compile_stats(jf);
+  CHECK(st.fusions == 1);
+  CHECK(st.passes.size() == 5);
+  CHECK(s.find("(t2) = cpuFusion0(a, b)") != std::string::npos);
 }
 
 TEST_CASE("the CSE pass merges repeated work and the DCE pass drops unused work") {
