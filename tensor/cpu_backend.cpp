@@ -238,9 +238,13 @@ void run_reduce(const OpCall& call, Tensor& out) {
   const int64_t n = a.numel();
 
   if (call.op == OpId::argmax || call.op == OpId::argmin) {
-    int64_t dim = dims[0];
+    int64_t dim = dims.empty() ? 0 : dims[0];
     bool is_max = call.op == OpId::argmax;
     int64_t* o = static_cast<int64_t*>(out.raw_data());
+    if (nd == 0) {  // a zero-dim tensor: its one element is the extremum
+      o[0] = 0;
+      return;
+    }
     int64_t len = a.sizes()[dim], st = a.strides()[dim];
     for (int64_t j = 0; j < n_out; ++j) {
       // Position of output j in the input, along the non-reduced dims.

@@ -1,6 +1,7 @@
 #include "tensor/dispatch.h"
 
 #include <array>
+#include <optional>
 
 #include "tensor/backend.h"
 
@@ -46,6 +47,38 @@ static bool needs_grad(const OpCall& call) {
   return false;
 }
 
+// The strides that let `a` be read as `shape` without a copy, if any (PyTorch's
+// computeStride): dims may merge or split only within runs that are contiguous
+// with each other, so e.g. a transpose's rows can be unsqueezed or selected.
+static std::optional<Shape> reshape_strides(const Tensor& a, const Shape& shape) {
+  const Shape& os = a.sizes();
+  const Shape& ost = a.strides();
+  if (os.empty()) return Shape(shape.size(), 1);
+  if (a.numel() == 0) return contiguous_strides(shape);
+  Shape st(shape.size(), 0);
+  int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
+  int64_t chunk_base_stride = ost.back(), tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(os.size()) - 1; d >= 0; --d) {
+    tensor_numel *= os[d];
+    // The end of a run of dims that are contiguous with each other.
+    if (d == 0 || (os[d - 1] != 1 && ost[d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+        st[view_d] = view_numel * chunk_base_stride;
+        view_numel *= shape[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base_stride = ost[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return st;
+}
+
 // A view shares its input's storage; only the metadata changes.
 static Tensor make_view(const OpCall& call, const TensorMeta& m) {
   const Tensor& a = call.args[0].tensor;
@@ -54,8 +87,8 @@ static Tensor make_view(const OpCall& call, const TensorMeta& m) {
   int64_t offset = in.offset;
   switch (call.op) {
     case OpId::reshape: {
-      // Viewable when the input is contiguous; otherwise the caller made a copy first.
-      strides = contiguous_strides(m.sizes);
+      // Viewable by construction: run_prim made a copy first when it is not.
+      strides = reshape_strides(a, m.sizes).value();
       break;
     }
     case OpId::permute:
@@ -83,7 +116,7 @@ std::vector<Tensor> run_prim(const OpCall& call) {
   std::vector<Tensor> outs;
   if (op_info(call.op).kind == OpKind::View && metas[0].device.type != DeviceType::Lazy) {
     const Tensor& a = call.args[0].tensor;
-    if (call.op == OpId::reshape && !a.is_contiguous()) {
+    if (call.op == OpId::reshape && !reshape_strides(a, metas[0].sizes)) {
       OpCall c{OpId::copy, {a}, {}};
       OpCall r = call;
       r.args[0] = run_prim(c)[0];

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/op_table.h"
@@ -24,6 +25,9 @@ struct Value {
   Value(Tensor t) : tensor(std::move(t)), is_tensor(true) {}
   Value(Scalar s) : scalar(s), is_tensor(false) {}
   Value(double s) : scalar(s), is_tensor(false) {}
+  // Integers and bools keep their kind: mul(i32 tensor, 2) stays i32, as in PyTorch.
+  template <class T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
+  Value(T s) : scalar(s), is_tensor(false) {}
 };
 
 struct Attrs {

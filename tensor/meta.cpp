@@ -227,6 +227,9 @@ std::vector<TensorMeta> infer_meta(const OpCall& call) {
           break;
         case OpId::expand: {
           out = call.attrs.ints;
+          for (int64_t d : out)
+            VOLT_CHECK(d >= 0, op, "invalid size " << shape_str(out) << " for " << shape_str(a.sizes())
+                                                   << " (-1 keeps an existing dim; new leading dims need a size)");
           size_t lead = out.size() - a.sizes().size();
           for (size_t i = 0; i < a.sizes().size(); ++i)
             VOLT_CHECK(a.sizes()[i] == out[lead + i] || a.sizes()[i] == 1, op,

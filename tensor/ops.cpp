@@ -171,7 +171,9 @@ Tensor sum_to(const Tensor& a, const Shape& shape) {
 static Tensor reduce(OpId op, const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
   check_tensor(a, op_name(op));
   Attrs at;
-  if (dims.empty()) {
+  if (dims.empty() || a.dim() == 0) {
+    // A zero-dim tensor reduces over nothing (dim 0 and -1 are accepted, as in PyTorch).
+    for (int64_t d : dims) wrap_dim(d, a.dim(), op_name(op));
     for (int64_t i = 0; i < a.dim(); ++i) at.ints.push_back(i);
   } else {
     for (int64_t d : dims) at.ints.push_back(wrap_dim(d, a.dim(), op_name(op)));
@@ -204,7 +206,10 @@ static Attrs dims_attrs(const Tensor& a, const std::vector<int64_t>& dims, bool 
   Attrs at;
   if (dims.empty())
     for (int64_t i = 0; i < a.dim(); ++i) at.ints.push_back(i);
-  for (int64_t d : dims) at.ints.push_back(wrap_dim(d, a.dim(), op));
+  for (int64_t d : dims) {
+    int64_t w = wrap_dim(d, a.dim(), op);
+    if (a.dim() > 0) at.ints.push_back(w);  // a zero-dim tensor reduces over nothing
+  }
   at.flag = keepdim;
   return at;
 }

@@ -204,7 +204,7 @@ Tensor Tensor::squeeze() const {
 }
 Tensor Tensor::squeeze(int64_t d) const {
   d = wrap_dim(d, dim(), "squeeze");
-  if (sizes()[d] != 1) return *this;
+  if (dim() == 0 || sizes()[d] != 1) return *this;
   Shape s = sizes();
   s.erase(s.begin() + d);
   return volt::reshape(*this, s);
@@ -213,6 +213,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   return volt::narrow(*this, d, start, length);
 }
 Tensor Tensor::select(int64_t d, int64_t index) const {
+  VOLT_CHECK(dim() > 0, "select", "cannot select from a 0-dim tensor");
   d = wrap_dim(d, dim(), "select");
   int64_t n = sizes()[d];
   VOLT_CHECK(index >= -n && index < n, "select",

@@ -12,6 +12,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/device.h"
@@ -202,6 +203,11 @@ std::vector<T> Tensor::to_vector() const {
 
 template <class T>
 T Tensor::item() const {
+  // A double holds 53 bits: read 64-bit integers directly.
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (has_data() && device().is_cpu() && dtype() == DType::i64 && numel() == 1)
+      return static_cast<T>(*static_cast<const int64_t*>(raw_data()));
+  }
   return static_cast<T>(item_double());
 }
 

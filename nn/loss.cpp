@@ -1,0 +1,18 @@
+#include "nn/loss.h"
+
+#include "tensor/ops.h"
+
+namespace volt::nn {
+
+Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& target) {
+  VOLT_CHECK(logits.dim() == 2, "CrossEntropyLoss",
+             "expected logits (N, C), got " << shape_str(logits.sizes()));
+  VOLT_CHECK(target.dim() == 1 && target.size(0) == logits.size(0), "CrossEntropyLoss",
+             "expected target (" << logits.size(0) << "), got " << shape_str(target.sizes()));
+  VOLT_CHECK(is_integral(target.dtype()), "CrossEntropyLoss",
+             "target must hold class indices (an integer dtype), got "
+                 << dtype_name(target.dtype()));
+  return volt::cross_entropy(logits, target);
+}
+
+}  // namespace volt::nn

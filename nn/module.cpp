@@ -1,0 +1,170 @@
+#include "nn/module.h"
+
+#include <ostream>
+#include <sstream>
+
+#include "tensor/dispatch.h"
+
+namespace volt::nn {
+
+namespace {
+
+void check_name(const std::string& what, const std::string& name) {
+  VOLT_CHECK(!name.empty() && name.find('.') == std::string::npos, what,
+             "name '" << name << "' must be non-empty and contain no '.'");
+}
+
+// Points `impl` at a copy of its data on `device`; every handle to `impl` follows.
+void move_in_place(const Tensor& t, Device device) {
+  if (!t.defined()) return;
+  TensorImpl* impl = t.impl();
+  if (impl->device != device) {
+    Tensor moved = t.to(device);
+    impl->storage = moved.impl()->storage;
+    impl->strides = moved.strides();
+    impl->offset = moved.storage_offset();
+    impl->device = device;
+  }
+  if (impl->grad) move_in_place(Tensor(impl->grad), device);
+}
+
+// PyTorch's _addindent: every line after the first gets `spaces` more.
+std::string indent_tail(const std::string& s, int spaces) {
+  std::string out;
+  for (char c : s) {
+    out += c;
+    if (c == '\n') out.append(spaces, ' ');
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor Module::forward(const Tensor&) {
+  throw Error(type_name_ + ": this module has no single-input forward()");
+}
+
+bool Module::has_member(const std::string& name) const {
+  for (const auto& list : {&parameters_, &buffers_})
+    for (const auto& [n, t] : *list)
+      if (n == name) return true;
+  for (const auto& [n, c] : children_)
+    if (n == name) return true;
+  return false;
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
+  check_name("register_parameter", name);
+  VOLT_CHECK(!has_member(name), "register_parameter",
+             type_name_ << " already has a member named '" << name << "'");
+  if (t.defined()) {
+    VOLT_CHECK(t.is_leaf(), "register_parameter",
+               "'" << name << "' is the result of an op; pass a leaf (detach() it)");
+    t.requires_grad_(requires_grad);
+  }
+  parameters_.emplace_back(name, t);
+  return t;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor t) {
+  check_name("register_buffer", name);
+  VOLT_CHECK(!has_member(name), "register_buffer",
+             type_name_ << " already has a member named '" << name << "'");
+  buffers_.emplace_back(name, t);
+  return t;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
+  check_name("register_module", name);
+  VOLT_CHECK(m != nullptr, "register_module", "module '" << name << "' is null");
+  VOLT_CHECK(!has_member(name), "register_module",
+             type_name_ << " already has a member named '" << name << "'");
+  children_.emplace_back(name, std::move(m));
+}
+
+void Module::collect(const std::string& prefix, bool recurse, bool buffers,
+                     NamedTensors& out) const {
+  // Undefined entries (e.g. Linear without bias) are skipped, as PyTorch skips None.
+  for (const auto& [n, t] : buffers ? buffers_ : parameters_)
+    if (t.defined()) out.emplace_back(prefix + n, t);
+  if (!recurse) return;
+  for (const auto& [n, c] : children_) c->collect(prefix + n + ".", true, buffers, out);
+}
+
+NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors out;
+  collect("", recurse, false, out);
+  return out;
+}
+
+NamedTensors Module::named_buffers(bool recurse) const {
+  NamedTensors out;
+  collect("", recurse, true, out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+std::vector<Tensor> Module::buffers(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_buffers(recurse)) out.push_back(t);
+  return out;
+}
+
+std::vector<std::shared_ptr<Module>> Module::children() const {
+  std::vector<std::shared_ptr<Module>> out;
+  for (const auto& [n, c] : children_) out.push_back(c);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters()) n += p.numel();
+  return n;
+}
+
+Module& Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, c] : children_) c->train(on);
+  return *this;
+}
+
+Module& Module::requires_grad_(bool on) {
+  for (Tensor& p : parameters()) p.requires_grad_(on);
+  return *this;
+}
+
+void Module::zero_grad() {
+  for (const Tensor& p : parameters()) p.impl()->grad.reset();
+}
+
+Module& Module::to(Device device) {
+  NoGradGuard no_grad;
+  for (const Tensor& p : parameters()) move_in_place(p, device);
+  for (const Tensor& b : buffers()) move_in_place(b, device);
+  return *this;
+}
+
+std::string Module::repr() const {
+  std::string extra = extra_repr();
+  if (children_.empty()) return type_name_ + "(" + extra + ")";
+  std::ostringstream os;
+  os << type_name_ << "(\n";
+  if (!extra.empty()) os << "  " << indent_tail(extra, 2) << "\n";
+  for (const auto& [n, c] : children_) os << "  (" << n << "): " << indent_tail(c->repr(), 2) << "\n";
+  os << ")";
+  return os.str();
+}
+
+void Module::pretty_print(std::ostream& os) const { os << repr(); }
+
+std::ostream& operator<<(std::ostream& os, const Module& m) {
+  m.pretty_print(os);
+  return os;
+}
+
+}  // namespace volt::nn

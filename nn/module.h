@@ -1,0 +1,91 @@
+// volt::nn::Module — the base of every layer: named parameters, buffers and
+// submodules, train/eval mode, and PyTorch's printed form.
+//
+//   auto net = std::make_shared<volt::nn::MLP>(784, std::vector<int64_t>{784, 10});
+//   for (auto& [name, p] : net->named_parameters()) std::cout << name << " ";
+//   // 0.weight 0.bias 3.weight 3.bias
+//   net->eval();
+//   std::cout << *net;  // MLP(\n  (0): Linear(in_features=784, out_features=784, bias=True) ...
+//   volt::Tensor y = (*net)(x);  // x: (B, 784) -> (B, 10)
+//
+// Parameters are Tensor handles: an optimizer or a jitted module holding the
+// same handle sees every change, including a move by to(device).
+#pragma once
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace volt::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module : public std::enable_shared_from_this<Module> {
+ public:
+  // `type_name` is what the printed form starts with, e.g. "Linear".
+  explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  virtual Tensor forward(const Tensor& x);
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  // ---- registration (names are unique within one module) ----
+  Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  Tensor register_buffer(const std::string& name, Tensor t);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    add_child(name, m);
+    return m;
+  }
+
+  // ---- traversal, in registration order, with PyTorch's dotted names ("3.bias") ----
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  NamedTensors named_parameters(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  NamedTensors named_buffers(bool recurse = true) const;
+  std::vector<std::shared_ptr<Module>> children() const;
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const {
+    return children_;
+  }
+  int64_t num_parameters() const;  // total elements over all parameters
+
+  // ---- mode and state (each returns *this so calls chain: net.eval().requires_grad_(false)) ----
+  Module& train(bool on = true);
+  Module& eval() { return train(false); }
+  bool is_training() const { return training_; }
+  Module& requires_grad_(bool on = true);
+  void zero_grad();  // grads become undefined, as PyTorch's set_to_none=True
+  // Moves every parameter, gradient and buffer to `device` in place: the
+  // TensorImpl each handle points at gets the new storage, so holders of the
+  // handles see the move.
+  Module& to(Device device);
+
+  // ---- printing ----
+  const std::string& type_name() const { return type_name_; }
+  // What goes between the parentheses, e.g. "in_features=784, out_features=10, bias=True".
+  virtual std::string extra_repr() const { return ""; }
+  std::string repr() const;
+  void pretty_print(std::ostream& os) const;
+
+ protected:
+  void add_child(const std::string& name, std::shared_ptr<Module> m);
+
+ private:
+  bool has_member(const std::string& name) const;
+  void collect(const std::string& prefix, bool recurse, bool buffers, NamedTensors& out) const;
+
+  std::string type_name_;
+  bool training_ = true;
+  NamedTensors parameters_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Module& m);
+
+}  // namespace volt::nn

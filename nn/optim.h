@@ -1,0 +1,83 @@
+// Optimizers: SGD (with momentum) and Adam, with PyTorch's update rules.
+//
+//   volt::nn::Adam opt(net->parameters(), {.lr = 1e-3});
+//   opt.zero_grad();
+//   loss_fn(net->forward(x), y).backward();
+//   opt.step();  // updates each parameter that has a grad, in place
+//
+// An optimizer holds the same Tensor handles as the module, so it follows a
+// module moved by to(device) and a jitted module that shares its parameters.
+// On the CPU a step is one pass over each parameter's memory (read p, g and
+// the state, write p and the state) with no temporaries.  On other devices it
+// runs the same rule as a few in-place tensor ops until a fused kernel exists.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace volt::nn {
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<Tensor> params);
+  virtual ~Optimizer() = default;
+
+  void zero_grad();  // grads become undefined (PyTorch's set_to_none=True)
+  virtual void step() = 0;
+  const std::vector<Tensor>& params() const { return params_; }
+
+ protected:
+  std::vector<Tensor> params_;
+};
+
+struct SGDOptions {
+  double lr = 1e-2;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+};
+
+// g += wd * p;  buf = g on the first step, else momentum * buf + g;  p -= lr * buf
+// (buf is g itself when momentum is 0.)
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, SGDOptions options);
+  void step() override;
+  const SGDOptions& options() const { return options_; }
+
+ private:
+  SGDOptions options_;
+  std::vector<Tensor> momentum_;  // one per parameter; undefined until its first step
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+// With t the step count (1 on the first step) and g += wd * p first:
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+//   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+// which is lr * mhat / (sqrt(vhat) + eps), in the order PyTorch evaluates it.
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions options = {});
+  void step() override;
+  const AdamOptions& options() const { return options_; }
+  int64_t step_count(size_t i) const { return state_.at(i).step; }
+  const Tensor& exp_avg(size_t i) const { return state_.at(i).m; }
+  const Tensor& exp_avg_sq(size_t i) const { return state_.at(i).v; }
+
+ private:
+  struct State {
+    int64_t step = 0;
+    Tensor m, v;  // first and second moments, same shape as the parameter
+  };
+  AdamOptions options_;
+  std::vector<State> state_;
+};
+
+}  // namespace volt::nn

@@ -1,0 +1,185 @@
+// safetensors save/load: round trip, the bytes on disk, and every error by message.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
+
+#include "nn/linear.h"
+#include "nn/mlp.h"
+#include "nn/serialize.h"
+#include "tensor/random.h"
+
+using namespace volt;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A path in the temp folder, removed when the test ends.
+struct TempFile {
+  fs::path path;
+  explicit TempFile(const std::string& name)
+      : path(fs::temp_directory_path() /
+             ("volt_test_" + std::to_string(::getpid()) + "_" + name + ".safetensors")) {}
+  ~TempFile() { fs::remove(path); }
+  std::string str() const { return path.string(); }
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_all(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// A file with the given JSON header and `data_bytes` zero bytes after it.
+std::string make_file(const std::string& json, size_t data_bytes) {
+  std::string out(8, '\0');
+  uint64_t n = json.size();
+  std::memcpy(out.data(), &n, 8);
+  return out + json + std::string(data_bytes, '\0');
+}
+
+}  // namespace
+
+TEST_CASE("save then load restores every parameter") {
+  TempFile f("roundtrip");
+  manual_seed(1);
+  nn::MLP a(6, {5, 3}, true, 0.1);
+  nn::save(a, f.str());
+  manual_seed(2);
+  nn::MLP b(6, {5, 3}, true, 0.1);
+  Tensor held = b.parameters()[0];  // an optimizer's handle
+  CHECK(held.to_vector<float>() != a.parameters()[0].to_vector<float>());
+  nn::load(b, f.str());
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  REQUIRE(pa.size() == pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    CHECK(pa[i].first == pb[i].first);
+    CHECK(pa[i].second.to_vector<float>() == pb[i].second.to_vector<float>());
+  }
+  CHECK(held.is_same(b.parameters()[0]));  // loaded in place
+  CHECK(held.requires_grad());
+}
+
+TEST_CASE("the file is safetensors: length, JSON header, aligned little-endian data") {
+  TempFile f("layout");
+  nn::Linear fc(3, 2);
+  nn::save(fc, f.str());
+  std::string bytes = read_all(f.str());
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  CHECK(n % 8 == 0);
+  CHECK(bytes.size() == 8 + n + (6 + 2) * 4);
+  std::string json = bytes.substr(8, n);
+  CHECK(json.rfind("{\"weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},", 0) == 0);
+  CHECK(json.find("\"bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[24,32]}") !=
+        std::string::npos);
+  CHECK(json.find("\"__metadata__\":{\"format\":\"pt\"}") != std::string::npos);
+  float w0 = 0;
+  std::memcpy(&w0, bytes.data() + 8 + n, 4);
+  CHECK(w0 == fc.weight().to_vector<float>()[0]);
+
+  auto loaded = nn::load_tensors(f.str());
+  REQUIRE(loaded.size() == 2);
+  CHECK(loaded[0].first == "weight");
+  CHECK(loaded[0].second.sizes() == Shape{2, 3});
+  CHECK(loaded[1].second.to_vector<float>() == fc.bias().to_vector<float>());
+}
+
+TEST_CASE("a hand-written header with spacing, escapes and other dtypes reads back") {
+  TempFile f("handmade");
+  const std::string json =
+      "{ \"__metadata__\" : { \"note\": \"a \\\"quoted\\\" \\u0041\" },\n"
+      "  \"x\" : { \"dtype\" : \"I64\", \"shape\" : [ 2 ], \"data_offsets\" : [ 0, 16 ] },\n"
+      "  \"flag\": {\"dtype\": \"BOOL\", \"shape\": [], \"data_offsets\": [16, 17]} }";
+  std::string bytes = make_file(json, 17);
+  int64_t x[2] = {-3, 1LL << 40};
+  std::memcpy(bytes.data() + 8 + json.size(), x, 16);
+  bytes[8 + json.size() + 16] = 1;
+  write_all(f.str(), bytes);
+  auto t = nn::load_tensors(f.str());
+  REQUIRE(t.size() == 2);
+  CHECK(t[0].first == "x");
+  CHECK(t[0].second.to_vector<int64_t>() == std::vector<int64_t>{-3, 1LL << 40});
+  CHECK(t[1].second.dtype() == DType::b8);
+  CHECK(t[1].second.dim() == 0);
+}
+
+TEST_CASE("load errors name the file and what is wrong") {
+  TempFile f("errors");
+  const std::string path = f.str();
+  nn::Linear fc(3, 2);
+
+  SUBCASE("missing file") {
+    CHECK_THROWS_WITH_AS(nn::load(fc, path + ".nope"), doctest::Contains("file not found"),
+                         volt::Error);
+    CHECK_THROWS_WITH_AS(nn::load(fc, path + ".nope"), doctest::Contains(path.c_str()), volt::Error);
+  }
+  SUBCASE("shorter than the length field") {
+    write_all(path, "abc");
+    CHECK_THROWS_WITH_AS(nn::load(fc, path), doctest::Contains("truncated"), volt::Error);
+  }
+  SUBCASE("header cut short") {
+    nn::save(fc, path);
+    write_all(path, read_all(path).substr(0, 40));
+    CHECK_THROWS_WITH_AS(nn::load(fc, path), doctest::Contains("truncated: the header length"),
+                         volt::Error);
+  }
+  SUBCASE("data cut short") {
+    nn::save(fc, path);
+    std::string bytes = read_all(path);
+    write_all(path, bytes.substr(0, bytes.size() - 4));
+    CHECK_THROWS_WITH_AS(nn::load(fc, path), doctest::Contains("truncated: tensor 'bias'"),
+                         volt::Error);
+  }
+  SUBCASE("bad header") {
+    write_all(path, make_file("{\"weight\": [1, 2", 0));
+    CHECK_THROWS_WITH_AS(nn::load(fc, path), doctest::Contains("bad header"), volt::Error);
+    write_all(path, make_file("[]", 0));
+    CHECK_THROWS_WITH_AS(nn::load(fc, path), doctest::Contains("bad header: not a JSON object"),
+                         volt::Error);
+    write_all(path, make_file("{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 4]}}", 8));
+    CHECK_THROWS_WITH_AS(nn::load(fc, path), doctest::Contains("do not hold 8 bytes"), volt::Error);
+    write_all(path, make_file("{\"w\": {\"dtype\": \"F16\", \"shape\": [2], \"data_offsets\": [0, 4]}}", 4));
+    CHECK_THROWS_WITH_AS(nn::load(fc, path), doctest::Contains("unsupported dtype 'F16'"),
+                         volt::Error);
+    write_all(path, make_file("{\"w\": {\"dtype\": \"F32\", \"shape\": [-2], \"data_offsets\": [0, 4]}}", 4));
+    CHECK_THROWS_WITH_AS(nn::load(fc, path), doctest::Contains("non-negative integer"),
+                         volt::Error);
+  }
+  SUBCASE("missing key") {
+    nn::save(nn::Linear(3, 2, false), path);
+    CHECK_THROWS_WITH_AS(nn::load(fc, path), doctest::Contains("missing tensor 'bias'"),
+                         volt::Error);
+  }
+  SUBCASE("unexpected key, unless not strict") {
+    nn::save(fc, path);
+    nn::Linear no_bias(3, 2, false);
+    CHECK_THROWS_WITH_AS(nn::load(no_bias, path), doctest::Contains("unexpected tensor 'bias'"),
+                         volt::Error);
+    nn::load(no_bias, path, /*strict=*/false);
+    CHECK(no_bias.weight().to_vector<float>() == fc.weight().to_vector<float>());
+  }
+  SUBCASE("wrong shape, and nothing changes") {
+    nn::save(nn::Linear(4, 2), path);
+    auto before = fc.weight().to_vector<float>();
+    CHECK_THROWS_WITH_AS(nn::load(fc, path),
+                         doctest::Contains("tensor 'weight' has shape [2, 4], the module expects [2, 3]"),
+                         volt::Error);
+    CHECK(fc.weight().to_vector<float>() == before);
+  }
+  SUBCASE("wrong dtype") {
+    nn::save_tensors({{"weight", Tensor::zeros({2, 3}, DType::f64)}, {"bias", Tensor::zeros({2})}},
+                     path);
+    CHECK_THROWS_WITH_AS(nn::load(fc, path),
+                         doctest::Contains("tensor 'weight' has dtype F64, the module expects F32"),
+                         volt::Error);
+  }
+}
