@@ -12,17 +12,13 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "jit/passes.h"
 #include "volt/philox_source.h"
 
 namespace volt::jit {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-int64_t id_of(const Tensor& t) { return t.impl()->proxy_id; }
 
 const ProxyNames& names_of(const Trace& t) {
   for (const Tensor& x : t.inputs)

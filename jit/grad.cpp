@@ -13,7 +13,6 @@ namespace volt::jit {
 
 namespace {
 
-int64_t id_of(const Tensor& t) { return t.impl()->proxy_id; }
 
 // Whether a forward value can be regenerated in backward from nothing saved:
 // it comes from `uniform` through elementwise prims with no tensor inputs besides.

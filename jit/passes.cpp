@@ -16,7 +16,6 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-int64_t id_of(const Tensor& t) { return t.impl()->proxy_id; }
 
 // A structural key for CSE: op, argument ids or scalar values, attributes.
 std::string cse_key(const OpCall& c) {

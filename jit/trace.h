@@ -62,6 +62,9 @@ class ProxyNames {
   int64_t next_ = 0;
 };
 
+// The id a proxy has in its trace.
+inline int64_t id_of(const Tensor& t) { return t.impl()->proxy_id; }
+
 // Flattens each bound symbol to the prims it stands for.
 std::vector<BoundSymbol> flatten_to_prims(const std::vector<BoundSymbol>& bsyms);
 

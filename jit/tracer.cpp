@@ -108,24 +108,28 @@ TraceResult trace_function(const std::function<std::vector<Tensor>(const std::ve
 
 namespace {
 
+// One prim on the eager executor, its random draws placed at the program's counters.
+template <class Lookup>
+void run_one_prim(const BoundSymbol& b, std::unordered_map<int64_t, Tensor>& regs, Lookup& lookup,
+                  const PhiloxState& rng) {
+  OpCall c = b.call;
+  for (Value& v : c.args)
+    if (v.is_tensor && v.tensor.defined()) v.tensor = lookup(v.tensor);
+  if (op_info(c.op).kind == OpKind::Random) {
+    c.attrs.seed = rng.seed;
+    c.attrs.offset += rng.offset;
+  }
+  std::vector<Tensor> outs = run_eager(c);
+  for (size_t i = 0; i < outs.size(); ++i) regs[b.outputs[i].impl()->proxy_id] = outs[i];
+}
+
 // One fused region: its generated kernel over contiguous buffers, or its prims
 // one by one when no kernel could be built.
 template <class Lookup>
 void run_fusion(const BoundSymbol& f, std::unordered_map<int64_t, Tensor>& regs, Lookup& lookup,
                 const PhiloxState& rng) {
   if (!f.kernel || !f.kernel->fn) {
-    std::unordered_map<int64_t, Tensor>& r = regs;
-    for (const BoundSymbol& p : f.subsymbols) {
-      OpCall c = p.call;
-      for (Value& v : c.args)
-        if (v.is_tensor && v.tensor.defined()) v.tensor = lookup(v.tensor);
-      if (op_info(c.op).kind == OpKind::Random) {
-        c.attrs.seed = rng.seed;
-        c.attrs.offset += rng.offset;
-      }
-      std::vector<Tensor> outs = run_eager(c);
-      r[p.outputs[0].impl()->proxy_id] = outs[0];
-    }
+    for (const BoundSymbol& p : f.subsymbols) run_one_prim(p, regs, lookup, rng);
     return;
   }
   std::vector<Tensor> keep;
@@ -177,15 +181,7 @@ std::vector<Tensor> interpret(const Trace& trace, const std::vector<Tensor>& inp
       for (const Tensor& d : b.del_after) regs.erase(d.impl()->proxy_id);
       continue;
     }
-    OpCall c = b.call;
-    for (Value& v : c.args)
-      if (v.is_tensor && v.tensor.defined()) v.tensor = lookup(v.tensor);
-    if (op_info(c.op).kind == OpKind::Random) {
-      c.attrs.seed = rng.seed;
-      c.attrs.offset += rng.offset;
-    }
-    std::vector<Tensor> outs = run_eager(c);
-    for (size_t i = 0; i < outs.size(); ++i) regs[b.outputs[i].impl()->proxy_id] = outs[i];
+    run_one_prim(b, regs, lookup, rng);
     for (const Tensor& d : b.del_after) regs.erase(d.impl()->proxy_id);
   }
   std::vector<Tensor> results;
