@@ -10,13 +10,6 @@ namespace volt::jit {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-
 // A structural key for CSE: op, argument ids or scalar values, attributes.
 std::string cse_key(const OpCall& c) {
   std::ostringstream os;
