@@ -26,7 +26,8 @@ class Tracer final : public DispatchMode {
                                         << "); pass it as an argument instead of capturing it");
     }
     if (!is_prim(call.op)) {
-      BoundSymbol b{call, {}, {}, false};
+      BoundSymbol b;
+      b.call = call;
       scopes_.push_back(&b.subsymbols);
       std::vector<Tensor> outs = decompose(call);
       scopes_.pop_back();
@@ -41,9 +42,15 @@ class Tracer final : public DispatchMode {
     }
     std::vector<Tensor> outs;
     for (const TensorMeta& m : infer_meta(call)) outs.push_back(names_.make(m, &names_));
-    BoundSymbol b{call, outs, {}, false};
+    BoundSymbol b;
+    b.call = call;
+    b.outputs = outs;
     if (scopes_.size() == 1) {
-      BoundSymbol top{call, outs, {b}, true};
+      BoundSymbol top;
+      top.call = call;
+      top.outputs = outs;
+      top.subsymbols = {b};
+      top.top_level_prim = true;
       top_.push_back(std::move(top));
     } else {
       scopes_.back()->push_back(std::move(b));
