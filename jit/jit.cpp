@@ -178,3 +178,16 @@ const std::vector<Trace>& JitFunction::last_traces() const {
 }
 
 }  // namespace volt::jit
+
+namespace volt::jit {
+
+std::vector<std::string> last_kernel_sources(const JitFunction& f) {
+  std::vector<std::string> r;
+  for (const std::vector<Trace>* list : {&f.last_traces(), &f.last_backward_traces()})
+    if (!list->empty())
+      for (const BoundSymbol& b : list->back().bsyms)
+        if (b.kernel) r.push_back(b.kernel->source);
+  return r;
+}
+
+}  // namespace volt::jit

@@ -96,5 +96,7 @@ inline const std::vector<Trace>& last_backward_traces(const JitFunction& f) {
 inline int64_t cache_hits(const JitFunction& f) { return f.cache_hits(); }
 inline int64_t cache_misses(const JitFunction& f) { return f.cache_misses(); }
 inline JitFunction::CompileStats compile_stats(const JitFunction& f) { return f.compile_stats(); }
+// The generated source of every fused kernel the last call ran (forward, then backward).
+std::vector<std::string> last_kernel_sources(const JitFunction& f);
 
 }  // namespace volt::jit

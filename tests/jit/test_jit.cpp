@@ -51,6 +51,12 @@ TEST_CASE("jit of a function matches eager and caches by metadata") {
   CHECK(st.fusions == 1);
   CHECK(st.passes.size() == 5);
   CHECK(s.find("(t2) = cpuFusion0(a, b)") != std::string::npos);
+  // The kernel reads like the trace: the same names, one line per prim.
+  auto sources = jit::last_kernel_sources(jf);
+  REQUIRE(sources.size() == 1);
+  CHECK(sources[0].find(" = (float)(((float)a) * ((float)b));") != std::string::npos);
+  CHECK(sources[0].find("in_b[((i / 1LL) % 4LL) * 1LL]") != std::string::npos);  // b broadcasts over rows
+  CHECK(sources[0].find("out_t2[i] = t2;") != std::string::npos);
 }
 
 TEST_CASE("the CSE pass merges repeated work and the DCE pass drops unused work") {
