@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "autograd/node.h"
 #include "jit/jit.h"
@@ -175,4 +176,17 @@ TEST_CASE("jit grad: backward trace regenerates dropout masks and training track
   std::string signature = bwd.substr(0, bwd.find('\n', bwd.find("def backward_fn")));
   CHECK(signature.find("_0_weight") == std::string::npos);  // the first layer's weight is not needed
   CHECK(signature.find("input") != std::string::npos);      // its input is
+}
+
+TEST_CASE("without a usable C++ compiler the fused regions run prim by prim, with the same results") {
+  ::setenv("VOLT_CXX", "/nonexistent/c++", 1);
+  ::setenv("VOLT_KERNEL_CACHE", "/tmp/volt-test-no-compiler", 1);
+  auto fn = [](const std::vector<Tensor>& x) { return std::vector<Tensor>{sigmoid(mul(x[0], 3.0))}; };
+  auto jf = jit::jit(fn, {"x"});
+  Tensor x = Tensor::from_vector<float>({-1.0f, 0.25f, 2.0f});
+  Tensor got = jf(x);
+  ::unsetenv("VOLT_CXX");
+  ::unsetenv("VOLT_KERNEL_CACHE");
+  CHECK(max_rel_diff(got, sigmoid(mul(x, 3.0))) < 1e-7);
+  CHECK(jit::compile_stats(jf).fusions == 1);
 }
