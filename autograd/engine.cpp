@@ -62,7 +62,8 @@ void accumulate(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
   if (grad.dtype() != leaf->dtype) grad = grad.to(leaf->dtype);
   if (!leaf->grad) {
     // A fresh tensor: the leaf must not alias a gradient that lives in the graph.
-    leaf->grad = grad.contiguous().is_same(grad) ? grad.clone().impl_ptr() : grad.contiguous().impl_ptr();
+    Tensor c = grad.contiguous();
+    leaf->grad = (c.is_same(grad) ? grad.clone() : c).impl_ptr();
   } else {
     Tensor acc(leaf->grad);
     acc.copy_(add(acc, grad));
