@@ -1,0 +1,164 @@
+// libtorch_bench: the baseline volt_bench compares with.  The same model
+// (torchvision's MLP(784, [784, 784, 784, 28, 10], dropout 0.1) layout), the
+// same recipe (cross-entropy, Adam lr 1e-3; forward, loss, zero_grad,
+// backward, step), the same synthetic batches (std::mt19937 with the seeds
+// volt_bench uses) and the same timing rule, on LibTorch's CPU backend.
+//
+//   libtorch_bench [--batch 8,256] [--steps N] [--no-eval] [--json]
+//
+// Built only with -DVOLT_BENCH_LIBTORCH=ON (see bench/README.md); volt_bench
+// runs it from its own folder when it is there.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int64_t kFeatures = 784, kClasses = 10;
+constexpr int kBatchesHeld = 8;
+
+double us_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+struct Timing {
+  int64_t steps = 0;
+  double median_us = 0, min_us = 0;
+};
+
+Timing summarize(std::vector<double> us) {
+  Timing t;
+  t.steps = static_cast<int64_t>(us.size());
+  if (us.empty()) return t;
+  std::sort(us.begin(), us.end());
+  t.min_us = us.front();
+  const size_t n = us.size();
+  t.median_us = n % 2 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
+  return t;
+}
+
+// The rule of bench/volt_bench.cpp: warm up, then at least 20 steps and 1 s,
+// until the second half's median agrees with the whole run's within 2 %.
+Timing time_steps(const std::function<void()>& step, int64_t steps) {
+  const auto w0 = Clock::now();
+  int64_t done = 0;
+  while (done < 3 || (done < 50 && us_since(w0) < 2e5)) step(), ++done;
+  std::vector<double> us;
+  const auto t0 = Clock::now();
+  for (;;) {
+    if (steps > 0 && static_cast<int64_t>(us.size()) >= steps) break;
+    if (steps <= 0 && us.size() >= 20 && us_since(t0) > 1e6) {
+      const double all = summarize(us).median_us;
+      const double late = summarize({us.begin() + us.size() / 2, us.end()}).median_us;
+      if (std::abs(late - all) <= 0.02 * all || us.size() >= 3000 || us_since(t0) > 1e7) break;
+    }
+    const auto s0 = Clock::now();
+    step();
+    us.push_back(us_since(s0));
+  }
+  return summarize(us);
+}
+
+torch::nn::Sequential make_model() {
+  torch::manual_seed(0);
+  const std::vector<int64_t> widths = {784, 784, 784, 784, 28, 10};
+  torch::nn::Sequential net;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    net->push_back(torch::nn::Linear(widths[i], widths[i + 1]));
+    if (i + 2 < widths.size()) net->push_back(torch::nn::ReLU());
+    net->push_back(torch::nn::Dropout(0.1));
+  }
+  return net;
+}
+
+struct Batch {
+  torch::Tensor x, y;
+};
+
+std::vector<Batch> synthetic_batches(int64_t batch) {
+  std::vector<Batch> out;
+  for (int k = 0; k < kBatchesHeld; ++k) {
+    std::mt19937 gen(1000 + k);
+    std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+    std::uniform_int_distribution<int64_t> label(0, kClasses - 1);
+    std::vector<float> x(static_cast<size_t>(batch * kFeatures));
+    std::vector<int64_t> y(static_cast<size_t>(batch));
+    for (float& v : x) v = pixel(gen);
+    for (int64_t& v : y) v = label(gen);
+    out.push_back({torch::from_blob(x.data(), {batch, kFeatures}, torch::kFloat32).clone(),
+                   torch::from_blob(y.data(), {batch}, torch::kInt64).clone()});
+  }
+  return out;
+}
+
+void print_cell(bool json, const char* phase, int64_t batch, const Timing& t) {
+  const double sps = 1e6 / t.median_us;
+  if (json)
+    std::printf(
+        "{\"mode\":\"libtorch\",\"device\":\"cpu\",\"phase\":\"%s\",\"batch\":%lld,\"steps\":%lld,"
+        "\"median_us\":%.2f,\"min_us\":%.2f,\"steps_per_s\":%.2f,\"samples_per_s\":%.1f}\n",
+        phase, (long long)batch, (long long)t.steps, t.median_us, t.min_us, sps, sps * batch);
+  else
+    std::printf("libtorch cpu %-5s batch %5lld: median %10.1f us, min %10.1f us, %9.1f steps/s, %10.0f samples/s\n",
+                phase, (long long)batch, t.median_us, t.min_us, sps, sps * batch);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> batches = {8, 64, 256, 1024};
+  int64_t steps = 0;
+  bool json = false, eval = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--batch" && i + 1 < argc) {
+      batches.clear();
+      std::stringstream ss(argv[++i]);
+      for (std::string b; std::getline(ss, b, ',');) batches.push_back(std::stoll(b));
+    } else if (a == "--steps" && i + 1 < argc) {
+      steps = std::stoll(argv[++i]);
+    } else if (a == "--json") {
+      json = true;
+    } else if (a == "--no-eval") {
+      eval = false;
+    } else {
+      std::fprintf(stderr, "usage: libtorch_bench [--batch LIST] [--steps N] [--no-eval] [--json]\n");
+      return 2;
+    }
+  }
+  for (int64_t batch : batches) {
+    auto net = make_model();
+    net->train();
+    torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(1e-3));
+    auto data = synthetic_batches(batch);
+    size_t k = 0;
+    auto train_step = [&] {
+      const Batch& b = data[k++ % data.size()];
+      auto loss = torch::nn::functional::cross_entropy(net->forward(b.x), b.y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+    };
+    print_cell(json, "train", batch, time_steps(train_step, steps));
+    if (eval) {
+      net->eval();
+      torch::NoGradGuard guard;
+      auto eval_step = [&] {
+        const Batch& b = data[k++ % data.size()];
+        auto logits = net->forward(b.x);
+      };
+      print_cell(json, "eval", batch, time_steps(eval_step, steps));
+    }
+  }
+  return 0;
+}
