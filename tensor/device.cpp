@@ -26,4 +26,12 @@ std::string Device::str() const {
   return "?";
 }
 
+#ifndef VOLT_WITH_CUDA
+// Without the toolkit there is no CUDA backend (tensor/cuda/runtime.cpp defines these otherwise).
+namespace cuda {
+bool is_available() { return false; }
+int device_count() { return 0; }
+}  // namespace cuda
+#endif
+
 }  // namespace volt

@@ -1,5 +1,6 @@
 // A device is a value: cpu, cuda:N, or lazy (records a graph instead of running).
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace volt {
@@ -24,5 +25,12 @@ struct Device {
 
 inline const Device kCPU = Device::cpu();
 inline const Device kLazy = Device::lazy();
+
+namespace cuda {
+// Whether this build has the CUDA backend and this machine a usable GPU and
+// driver.  False (never an error) on a machine without either.
+bool is_available();
+int device_count();
+}  // namespace cuda
 
 }  // namespace volt

@@ -1,0 +1,287 @@
+// The CUDA backend: every prim as a kernel on the device's one stream.
+// Elementwise prims run a one-prim kernel generated from the op table's
+// expression (tensor/cuda/kernels.cpp), reductions a hand-written row
+// reduction, matmul/linear cuBLAS, uniform the shared Philox function.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "tensor/backend.h"
+#include "tensor/cuda/allocator.h"
+#include "tensor/cuda/backend.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/cuda/runtime.h"
+
+namespace volt::cuda {
+
+cudaKernel_t cached_kernel(const std::string& name, int device, const std::function<std::string()>& make_source) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, cudaKernel_t> kernels;
+  const std::string key = name + "@" + std::to_string(device);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = kernels.find(key); it != kernels.end()) return it->second;
+  }
+  cudaKernel_t k = get_kernel(prelude() + make_source(), name, device);
+  std::lock_guard<std::mutex> lock(mutex);
+  kernels[key] = k;
+  return k;
+}
+
+namespace {
+
+constexpr int kMaxDims = 8;
+
+// The host mirror of the prelude's volt_index.
+struct Index {
+  int ndim = 0;
+  long long size[kMaxDims] = {};
+  long long stride[4][kMaxDims] = {};
+};
+
+// Strides of `t` read in the broadcast shape `shape` (0 along broadcast dims).
+void broadcast_strides(const Tensor& t, const Shape& shape, long long* out) {
+  size_t lead = shape.size() - t.sizes().size();
+  for (size_t d = 0; d < shape.size(); ++d) out[d] = 0;
+  for (size_t i = 0; i < t.sizes().size(); ++i) out[lead + i] = t.sizes()[i] == 1 ? 0 : t.strides()[i];
+}
+
+bool dense_like(const Tensor& t, const Shape& shape) { return t.sizes() == shape && t.is_contiguous(); }
+
+// out (any strides) = op(args); args are CUDA tensors on out's device, zero-dim
+// CPU tensors or scalars.
+void launch_elementwise(const OpCall& call, const Tensor& out) {
+  const OpId op = call.op;
+  const std::vector<Value>& args = call.args;
+  const int dev = out.device().index;
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  VOLT_CHECK(out.dim() <= kMaxDims, op_name(op), "CUDA kernels support up to " << kMaxDims << " dims, got "
+                                                                                << out.meta_str());
+  ElementwiseSpec s = elementwise_spec(call, out.dtype(), false);
+  bool strided = !out.is_contiguous();
+  std::vector<double> scalars(args.size(), 0.0);
+  std::vector<void*> ptrs(args.size(), nullptr);
+  std::vector<Tensor> tensors(args.size());
+  for (size_t k = 0; k < args.size(); ++k) {
+    const Value& v = args[k];
+    if (!v.is_tensor) {
+      scalars[k] = v.scalar.value;
+    } else if (v.tensor.device().is_cpu()) {
+      VOLT_CHECK(v.tensor.dim() == 0, op_name(op), "expected CUDA tensors, got " << v.tensor.meta_str());
+      scalars[k] = v.tensor.item_double();
+    } else {
+      VOLT_CHECK(v.tensor.device() == out.device(), op_name(op),
+                 "expected tensors on " << out.device().str() << ", got " << v.tensor.meta_str());
+      VOLT_CHECK(v.tensor.has_data(), op_name(op), "got a tensor without data (" << v.tensor.meta_str() << ")");
+      tensors[k] = v.tensor;
+      ptrs[k] = v.tensor.raw_data();
+      strided |= !dense_like(v.tensor, out.sizes());
+    }
+  }
+  s.strided = strided;
+  Index ix;
+  ix.ndim = static_cast<int>(out.dim());
+  for (int d = 0; d < ix.ndim; ++d) {
+    ix.size[d] = out.sizes()[d];
+    ix.stride[0][d] = out.strides()[d];
+  }
+  for (size_t k = 0; k < args.size(); ++k)
+    if (tensors[k].defined()) broadcast_strides(tensors[k], out.sizes(), ix.stride[k + 1]);
+  cudaKernel_t kern = cached_kernel(elementwise_name(s), dev, [&] { return elementwise_source(s); });
+  long long nn = n;
+  void* optr = out.raw_data();
+  std::vector<void*> params{&nn, &ix, &optr};
+  for (size_t k = 0; k < args.size(); ++k) params.push_back(tensors[k].defined() ? &ptrs[k] : static_cast<void*>(&scalars[k]));
+  launch(kern, dev, nn, params.data());
+}
+
+void run_reduce(const OpCall& call, const Tensor& out) {
+  const Tensor& a = call.args[0].tensor;
+  const int dev = out.device().index;
+  const auto& dims = call.attrs.ints;
+  // Kept dims first, reduced dims last: then each output element is one row.
+  std::vector<int64_t> perm;
+  int64_t len = 1;
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) perm.push_back(d);
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (std::find(dims.begin(), dims.end(), d) != dims.end()) {
+      perm.push_back(d);
+      len *= a.sizes()[d];
+    }
+  Tensor x = a;
+  if (a.dim() > 0) {
+    Shape ps, pst;
+    for (int64_t d : perm) {
+      ps.push_back(a.sizes()[d]);
+      pst.push_back(a.strides()[d]);
+    }
+    x = contiguous_on_device(make_tensor(a.impl()->storage, ps, pst, a.storage_offset(), a.dtype(), a.device()));
+  }
+  long long rows = out.numel(), ln = len;
+  if (rows == 0) return;
+  const std::string name = reduce_name(call.op, a.dtype(), out.dtype());
+  cudaKernel_t k = cached_kernel(name, dev, [&] { return reduce_source(call.op, a.dtype(), out.dtype()); });
+  unsigned block = 32;
+  while (block < 256 && block < static_cast<unsigned>(len)) block *= 2;
+  long long grid = std::min<long long>(rows, static_cast<long long>(multiprocessor_count(dev)) * 32);
+  void* xp = x.raw_data();
+  void* yp = out.raw_data();
+  void* params[] = {&xp, &yp, &rows, &ln};
+  launch(k, dev, dim3(static_cast<unsigned>(grid)), dim3(block), params);
+}
+
+void run_uniform(const OpCall& call, const Tensor& out) {
+  const int dev = out.device().index;
+  const DType t = out.dtype();
+  cudaKernel_t k = cached_kernel(uniform_name(t), dev, [&] { return uniform_source(t); });
+  long long n = out.numel();
+  unsigned long long seed = call.attrs.seed, offset = call.attrs.offset;
+  void* o = out.raw_data();
+  float lo32 = static_cast<float>(call.attrs.a), hi32 = static_cast<float>(call.attrs.b);
+  double lo64 = call.attrs.a, hi64 = call.attrs.b;
+  void* params[] = {&o, &n, &seed, &offset, t == DType::f32 ? static_cast<void*>(&lo32) : &lo64,
+                    t == DType::f32 ? static_cast<void*>(&hi32) : &hi64};
+  launch(k, dev, n, params);
+}
+
+}  // namespace
+
+void fill(const Tensor& t, double value) {
+  const int dev = t.device().index;
+  const DType dt = t.dtype();
+  cudaKernel_t k = cached_kernel(fill_name(dt), dev, [&] { return fill_source(dt); });
+  long long n = t.numel();
+  void* o = t.raw_data();
+  void* params[] = {&o, &n, &value};
+  launch(k, dev, n, params);
+}
+
+void strided_copy(const Tensor& dst, const Tensor& src) {
+  VOLT_CHECK(src.dtype() == dst.dtype(), "copy_", "expected " << dst.meta_str() << ", got " << src.meta_str());
+  launch_elementwise(OpCall{OpId::copy, {src}, {}}, dst);
+}
+
+Tensor contiguous_on_device(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor out = Tensor::empty(t.sizes(), t.dtype(), t.device());
+  strided_copy(out, t);
+  return out;
+}
+
+namespace {
+
+class CudaBackend final : public Backend {
+ public:
+  void* allocate(size_t nbytes, int device_index) override { return device_allocate(nbytes, device_index); }
+  void deallocate(void* p, int device_index) override { device_free(p, device_index); }
+
+  void copy(const Tensor& dst, const Tensor& src) override {
+    VOLT_CHECK(dst.dtype() == src.dtype() && dst.sizes() == src.sizes(), "copy_",
+               "expected " << dst.meta_str() << ", got " << src.meta_str());
+    VOLT_CHECK(dst.device().is_cuda() || src.device().is_cuda(), "copy_", "the CUDA backend copies to or from CUDA");
+    if (dst.numel() == 0) return;
+    const size_t nbytes = static_cast<size_t>(dst.numel()) * dtype_size(dst.dtype());
+    if (src.device().is_cpu()) {  // host -> device
+      check_device(dst.device(), "copy_");
+      const int dev = dst.device().index;
+      Tensor s = src.contiguous();
+      Tensor d = dst.is_contiguous() ? dst : Tensor::empty(dst.sizes(), dst.dtype(), dst.device());
+      DeviceGuard g(dev);
+      // From pageable memory the copy has read the host buffer when it returns.
+      VOLT_CUDA_CHECK(cudaMemcpyAsync(d.raw_data(), s.raw_data(), nbytes, cudaMemcpyHostToDevice, stream(dev)));
+      if (!d.is_same(dst)) strided_copy(dst, d);
+      return;
+    }
+    if (dst.device().is_cpu()) {  // device -> host: synchronises
+      check_device(src.device(), "copy_");
+      const int dev = src.device().index;
+      Tensor s = contiguous_on_device(src);
+      Tensor d = dst.is_contiguous() ? dst : Tensor::empty(dst.sizes(), dst.dtype(), kCPU);
+      DeviceGuard g(dev);
+      VOLT_CUDA_CHECK(cudaMemcpyAsync(d.raw_data(), s.raw_data(), nbytes, cudaMemcpyDeviceToHost, stream(dev)));
+      VOLT_CUDA_CHECK(cudaStreamSynchronize(stream(dev)));
+      if (!d.is_same(dst)) backend_for(DeviceType::CPU)->copy(dst, d);
+      return;
+    }
+    check_device(src.device(), "copy_");
+    check_device(dst.device(), "copy_");
+    if (src.device() != dst.device()) {  // device -> device
+      Tensor s = contiguous_on_device(src);
+      Tensor d = dst.is_contiguous() ? dst : Tensor::empty(dst.sizes(), dst.dtype(), dst.device());
+      cuda::synchronize(src.device().index);  // s is complete before the other device reads it
+      DeviceGuard g(dst.device().index);
+      VOLT_CUDA_CHECK(cudaMemcpyPeerAsync(d.raw_data(), dst.device().index, s.raw_data(), src.device().index, nbytes,
+                                          stream(dst.device().index)));
+      if (!d.is_same(dst)) strided_copy(dst, d);
+      return;
+    }
+    // Same device: through a temporary when both views share storage (they may overlap).
+    Tensor s = src;
+    if (src.impl()->storage == dst.impl()->storage) {
+      s = Tensor::empty(src.sizes(), src.dtype(), src.device());
+      strided_copy(s, src);
+    }
+    strided_copy(dst, s);
+  }
+
+  void run(const OpCall& call, std::vector<Tensor>& outs) override {
+    Tensor& out = outs[0];
+    const OpInfo& info = op_info(call.op);
+    check_device(out.device(), info.name);
+    for (const Value& v : call.args)
+      if (v.is_tensor && v.tensor.defined())
+        VOLT_CHECK(v.tensor.has_data(), info.name, "got a tensor without data (" << v.tensor.meta_str() << ")");
+    switch (info.kind) {
+      case OpKind::Unary:
+      case OpKind::Binary:
+      case OpKind::Compare:
+      case OpKind::Ternary:
+      case OpKind::Convert:
+      case OpKind::Copy:
+        launch_elementwise(call, out);
+        return;
+      case OpKind::Random:
+        run_uniform(call, out);
+        return;
+      case OpKind::Factory:
+        fill(out, call.attrs.a);
+        return;
+      case OpKind::Pad: {
+        NoGradGuard no_grad;
+        fill(out, 0.0);
+        const Tensor& a = call.args[0].tensor;
+        strided_copy(out.narrow(call.attrs.ints[0], call.attrs.ints[1], a.size(call.attrs.ints[0])), a);
+        return;
+      }
+      case OpKind::Reduce:
+        run_reduce(call, out);
+        return;
+      case OpKind::Matmul:
+        if (call.op == OpId::matmul) cublas_matmul(call.args[0].tensor, call.args[1].tensor, out);
+        else cublas_linear(call.args[0].tensor, call.args[1].tensor,
+                           call.args.size() == 3 ? &call.args[2].tensor : nullptr, out);
+        return;
+      default:
+        VOLT_FAIL(info.name, "has no CUDA kernel");
+    }
+  }
+
+  void synchronize() override {
+    for (int d = 0; d < device_count(); ++d) cuda::synchronize(d);
+  }
+};
+
+// Registered only where a GPU and its driver answer: elsewhere CUDA tensors
+// fail with "device cuda:0 is not available" and everything else runs on the CPU.
+struct Registrar {
+  Registrar() {
+    static CudaBackend backend;
+    if (is_available()) register_backend(DeviceType::CUDA, &backend);
+  }
+} g_registrar;
+
+}  // namespace
+}  // namespace volt::cuda

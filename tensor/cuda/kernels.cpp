@@ -1,0 +1,255 @@
+#include "tensor/cuda/kernels.h"
+
+#include <cctype>
+#include <sstream>
+
+#include "tensor/error.h"
+
+namespace volt::cuda {
+
+namespace {
+
+// Replaces the identifiers a, b, c (operands) and T (result type) of an op-table expression.
+std::string substitute(const std::string& expr, const std::vector<std::string>& operands) {
+  std::string out;
+  for (size_t i = 0; i < expr.size();) {
+    if (std::isalpha(static_cast<unsigned char>(expr[i])) || expr[i] == '_') {
+      size_t j = i;
+      while (j < expr.size() && (std::isalnum(static_cast<unsigned char>(expr[j])) || expr[j] == '_')) ++j;
+      std::string id = expr.substr(i, j - i);
+      if (id == "a" || id == "b" || id == "c") out += operands.at(static_cast<size_t>(id[0] - 'a'));
+      else if (id == "T") out += "R";  // a typedef: "unsigned char(1)" would not parse
+      else out += id;
+      i = j;
+    } else {
+      out += expr[i++];
+    }
+  }
+  return out;
+}
+
+std::string ct(DType t) { return dtype_c_type(t); }
+
+// The dtype operand k is converted to before the expression sees it.
+DType load_dtype(const ElementwiseSpec& s, size_t k) {
+  OpKind kind = op_info(s.op).kind;
+  if (kind == OpKind::Ternary && k == 0) return DType::b8;
+  if (kind == OpKind::Convert) return s.operands[0].dtype;
+  return s.compute;
+}
+
+}  // namespace
+
+ElementwiseSpec elementwise_spec(const OpCall& call, DType out, bool strided) {
+  ElementwiseSpec s;
+  s.op = call.op;
+  s.out = out;
+  switch (op_info(call.op).kind) {  // the CPU backend's compute dtypes
+    case OpKind::Unary: s.compute = out == DType::b8 ? call.args[0].tensor.dtype() : out; break;
+    case OpKind::Ternary:
+    case OpKind::Copy: s.compute = out; break;
+    case OpKind::Convert: s.compute = call.args[0].tensor.dtype(); break;
+    default: s.compute = compute_dtype(call); break;
+  }
+  for (const Value& v : call.args) {
+    bool scalar = !v.is_tensor || (v.tensor.device().is_cpu() && v.tensor.dim() == 0);
+    s.operands.push_back({scalar, scalar ? s.compute : v.tensor.dtype()});
+  }
+  s.strided = strided;
+  return s;
+}
+
+std::string elementwise_name(const ElementwiseSpec& s) {
+  std::string n = std::string("volt_") + op_name(s.op) + "_" + dtype_name(s.out) + "_c" + dtype_name(s.compute);
+  for (const EwOperand& o : s.operands) n += o.is_scalar ? std::string("_s") : std::string("_") + dtype_name(o.dtype);
+  return n + (s.strided ? "_nd" : "_1d");
+}
+
+std::string elementwise_source(const ElementwiseSpec& s) {
+  const OpInfo& info = op_info(s.op);
+  VOLT_CHECK(info.expr && info.expr[0] != '\0', info.name, "has no scalar expression for a generated kernel");
+  VOLT_CHECK(!s.operands.empty() && s.operands.size() <= 3, info.name,
+             "expected 1 to 3 operands, got " << s.operands.size());
+  std::ostringstream os;
+  const std::string name = elementwise_name(s);
+  os << "// " << info.name << ": out " << dtype_name(s.out) << ", computed in " << dtype_name(s.compute)
+     << (s.strided ? ", any strides" : ", contiguous") << "\n";
+  os << "extern \"C\" __global__ void " << name << "(long long n, volt_index ix, " << ct(s.out) << "* out";
+  for (size_t k = 0; k < s.operands.size(); ++k) {
+    if (s.operands[k].is_scalar) os << ", double s" << k;
+    else os << ", const " << ct(s.operands[k].dtype) << "* in" << k;
+  }
+  os << ") {\n";
+  os << "  typedef " << ct(s.out) << " R;\n";
+  os << "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+     << "       i += (long long)blockDim.x * gridDim.x) {\n";
+  if (s.strided) {
+    os << "    long long off[4];\n";
+    os << "    volt_offsets(ix, i, off, " << s.operands.size() + 1 << ");\n";
+  } else {
+    os << "    (void)ix;\n";
+  }
+  std::vector<std::string> names;
+  for (size_t k = 0; k < s.operands.size(); ++k) {
+    const std::string v(1, static_cast<char>('a' + k));
+    const std::string lt = ct(load_dtype(s, k));
+    names.push_back(v);
+    if (s.operands[k].is_scalar)
+      os << "    const " << lt << " " << v << " = (" << lt << ")s" << k << ";\n";
+    else
+      os << "    const " << lt << " " << v << " = (" << lt << ")in" << k << "["
+         << (s.strided ? "off[" + std::to_string(k + 1) + "]" : std::string("i")) << "];\n";
+  }
+  std::string expr = substitute(info.expr, names);
+  // Integer powers: CUDA has no pow(int, int); the CPU computes them in double too.
+  if (s.op == OpId::pow && !is_floating(s.compute)) expr = "pow((double)a, (double)b)";
+  os << "    out[" << (s.strided ? "off[0]" : "i") << "] = (R)(" << expr << ");\n";
+  os << "  }\n}\n";
+  return os.str();
+}
+
+// ---------------------------------------------------------------- reductions
+
+std::string reduce_name(OpId op, DType in, DType out) {
+  return std::string("volt_") + op_name(op) + "_" + dtype_name(in) + "_" + dtype_name(out);
+}
+
+std::string reduce_source(OpId op, DType in, DType out) {
+  VOLT_CHECK(op_info(op).kind == OpKind::Reduce, op_name(op), "is not a reduction");
+  const bool is_sum = op == OpId::sum;
+  const bool is_arg = op == OpId::argmax || op == OpId::argmin;
+  const bool is_max = op == OpId::amax || op == OpId::argmax;
+  std::string acc = ct(in);
+  if (is_sum) acc = is_floating(in) ? "double" : "long long";
+  std::ostringstream os;
+  os << "// " << op_name(op) << " over rows: x (rows, len) -> y (rows)\n";
+  // Combines the partial result (b, bi) into (a, ai); an index < 0 marks "no element yet".
+  os << "__device__ inline void volt_combine_" << reduce_name(op, in, out) << "(" << acc << "& a, long long& ai, "
+     << acc << " b, long long bi) {\n";
+  if (is_sum) {
+    os << "  a += b; (void)ai; (void)bi;\n";
+  } else {
+    os << "  if (bi < 0) return;\n"
+       << "  if (ai < 0) { a = b; ai = bi; return; }\n"
+       << "  const bool an = a != a, bn = b != b;  // NaN wins, the first NaN for arg*\n"
+       << "  if (an) { if (bn && bi < ai) ai = bi; return; }\n"
+       << "  if (bn) { a = b; ai = bi; return; }\n"
+       << "  if (b " << (is_max ? ">" : "<") << " a || (b == a && bi < ai)) { a = b; ai = bi; }\n";
+  }
+  os << "}\n";
+  os << "extern \"C\" __global__ void " << reduce_name(op, in, out) << "(const " << ct(in) << "* x, "
+     << ct(out) << "* y, long long rows, long long len) {\n"
+     << "  __shared__ " << acc << " sv[256];\n"
+     << "  __shared__ long long si[256];\n"
+     << "  const int t = threadIdx.x;\n"
+     << "  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {\n"
+     << "    const " << ct(in) << "* row = x + r * len;\n"
+     << "    " << acc << " a = (" << acc << ")0;\n"
+     << "    long long ai = " << (is_sum ? "0" : "-1") << ";\n"
+     << "    for (long long j = t; j < len; j += blockDim.x)\n"
+     << "      volt_combine_" << reduce_name(op, in, out) << "(a, ai, (" << acc << ")row[j], j);\n"
+     << "    sv[t] = a;\n"
+     << "    si[t] = ai;\n"
+     << "    __syncthreads();\n"
+     << "    for (int s = blockDim.x / 2; s > 0; s >>= 1) {\n"
+     << "      if (t < s) volt_combine_" << reduce_name(op, in, out) << "(sv[t], si[t], sv[t + s], si[t + s]);\n"
+     << "      __syncthreads();\n"
+     << "    }\n"
+     << "    if (t == 0) y[r] = (" << ct(out) << ")" << (is_arg ? "(si[0] < 0 ? 0 : si[0])" : "sv[0]") << ";\n"
+     << "    __syncthreads();\n"
+     << "  }\n"
+     << "}\n";
+  return os.str();
+}
+
+// ---------------------------------------------------------------- uniform, fill
+
+std::string uniform_name(DType t) { return std::string("volt_uniform_") + dtype_name(t); }
+
+std::string uniform_source(DType t) {
+  VOLT_CHECK(t == DType::f32 || t == DType::f64, "uniform", "expected f32 or f64, got " << dtype_name(t));
+  const std::string c = ct(t);
+  std::ostringstream os;
+  os << "// element i of the draw (seed, offset): the CPU computes the very same expression\n"
+     << "extern \"C\" __global__ void " << uniform_name(t) << "(" << c
+     << "* out, long long n, unsigned long long seed, unsigned long long offset, " << c << " lo, " << c << " hi) {\n"
+     << "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+     << "       i += (long long)blockDim.x * gridDim.x)\n"
+     << "    out[i] = volt_uniform_range_" << dtype_name(t) << "(seed, offset, (unsigned long long)i, lo, hi);\n"
+     << "}\n";
+  return os.str();
+}
+
+std::string fill_name(DType t) { return std::string("volt_fill_") + dtype_name(t); }
+
+std::string fill_source(DType t) {
+  const std::string c = ct(t);
+  std::ostringstream os;
+  os << "extern \"C\" __global__ void " << fill_name(t) << "(" << c << "* out, long long n, double value) {\n"
+     << "  const " << c << " v = (" << c << ")value;\n"
+     << "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+     << "       i += (long long)blockDim.x * gridDim.x)\n"
+     << "    out[i] = v;\n"
+     << "}\n";
+  return os.str();
+}
+
+// ---------------------------------------------------------------- optimizers
+
+std::string adam_name(DType t) { return std::string("volt_adam_") + dtype_name(t); }
+
+std::string adam_source(DType t) {
+  VOLT_CHECK(t == DType::f32 || t == DType::f64, "Adam", "expected f32 or f64 parameters, got " << dtype_name(t));
+  const std::string T = ct(t);
+  std::ostringstream os;
+  os << "// Adam over a table of parameters: blockIdx.y picks the parameter; the rule\n"
+     << "// and its evaluation order are nn/optim.cpp's CPU kernel.\n"
+     << "struct volt_adam_slot_" << dtype_name(t) << " { " << T << "* p; const " << T << "* g; " << T << "* m; "
+     << T << "* v; long long n; " << T << " neg_step_size; " << T << " bias_correction2_sqrt; };\n"
+     << "struct volt_adam_table_" << dtype_name(t) << " { volt_adam_slot_" << dtype_name(t) << " s[24]; };\n"
+     << "extern \"C\" __global__ void " << adam_name(t) << "(volt_adam_table_" << dtype_name(t) << " table, " << T
+     << " one_minus_beta1, " << T << " beta2, " << T << " one_minus_beta2, " << T << " weight_decay, " << T
+     << " eps) {\n"
+     << "  const volt_adam_slot_" << dtype_name(t) << " s = table.s[blockIdx.y];\n"
+     << "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < s.n;\n"
+     << "       i += (long long)blockDim.x * gridDim.x) {\n"
+     << "    " << T << " gi = s.g[i];\n"
+     << "    if (weight_decay != (" << T << ")0) gi += weight_decay * s.p[i];\n"
+     << "    const " << T << " mi = s.m[i] + one_minus_beta1 * (gi - s.m[i]);\n"
+     << "    const " << T << " vi = s.v[i] * beta2 + one_minus_beta2 * gi * gi;\n"
+     << "    s.m[i] = mi;\n"
+     << "    s.v[i] = vi;\n"
+     << "    s.p[i] += s.neg_step_size * mi / (sqrt(vi) / s.bias_correction2_sqrt + eps);\n"
+     << "  }\n"
+     << "}\n";
+  return os.str();
+}
+
+std::string sgd_name(DType t) { return std::string("volt_sgd_") + dtype_name(t); }
+
+std::string sgd_source(DType t) {
+  VOLT_CHECK(t == DType::f32 || t == DType::f64, "SGD", "expected f32 or f64 parameters, got " << dtype_name(t));
+  const std::string T = ct(t);
+  std::ostringstream os;
+  os << "// SGD with momentum over a table of parameters (buf is null without momentum).\n"
+     << "struct volt_sgd_slot_" << dtype_name(t) << " { " << T << "* p; const " << T << "* g; " << T
+     << "* buf; long long n; int first_step; };\n"
+     << "struct volt_sgd_table_" << dtype_name(t) << " { volt_sgd_slot_" << dtype_name(t) << " s[32]; };\n"
+     << "extern \"C\" __global__ void " << sgd_name(t) << "(volt_sgd_table_" << dtype_name(t) << " table, " << T
+     << " lr, " << T << " momentum, " << T << " weight_decay) {\n"
+     << "  const volt_sgd_slot_" << dtype_name(t) << " s = table.s[blockIdx.y];\n"
+     << "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < s.n;\n"
+     << "       i += (long long)blockDim.x * gridDim.x) {\n"
+     << "    " << T << " gi = s.g[i];\n"
+     << "    if (weight_decay != (" << T << ")0) gi += weight_decay * s.p[i];\n"
+     << "    if (s.buf) {\n"
+     << "      s.buf[i] = s.first_step ? gi : momentum * s.buf[i] + gi;\n"
+     << "      gi = s.buf[i];\n"
+     << "    }\n"
+     << "    s.p[i] += -lr * gi;\n"
+     << "  }\n"
+     << "}\n";
+  return os.str();
+}
+
+}  // namespace volt::cuda

@@ -1,0 +1,128 @@
+// matmul and linear with cuBLAS.  cuBLAS is column-major: a row-major
+// C (m, n) = A (m, k) B (k, n) is the column-major C^T = B^T A^T, so B is
+// passed first.  A transposed view (linear's w^T, the grads' x^T) is read in
+// place with op T; anything else oddly strided is packed once.
+#include <optional>
+
+#include "tensor/cuda/backend.h"
+#include "tensor/cuda/runtime.h"
+#include "tensor/dispatch.h"
+
+namespace volt::cuda {
+
+namespace {
+
+// How a (rows, cols) matrix view is handed to cuBLAS as the column-major
+// matrix X^T: `trans` is false for a row-major view (X^T is column-major with
+// leading dimension ld), true for a column-major one (X is, so op T).
+struct Layout {
+  bool trans;
+  int64_t ld;
+};
+
+std::optional<Layout> layout_of(const Tensor& t) {
+  const int64_t rows = t.size(-2), cols = t.size(-1), rs = t.stride(-2), cs = t.stride(-1);
+  if ((cs == 1 || cols == 1) && (rows == 1 || rs >= std::max<int64_t>(cols, 1)))
+    return Layout{false, rows == 1 ? std::max<int64_t>(cols, 1) : rs};
+  if ((rs == 1 || rows == 1) && (cols == 1 || cs >= std::max<int64_t>(rows, 1)))
+    return Layout{true, cols == 1 ? std::max<int64_t>(rows, 1) : cs};
+  return std::nullopt;
+}
+
+// out (m, n), contiguous = a (m, k) @ b (k, n), beta * out added (bias pre-filled).
+void gemm_2d(const Tensor& a0, const Tensor& b0, const Tensor& out, double beta) {
+  const int dev = out.device().index;
+  Tensor a = a0, b = b0;
+  std::optional<Layout> la = layout_of(a), lb = layout_of(b);
+  if (!la) {
+    a = contiguous_on_device(a);
+    la = layout_of(a);
+  }
+  if (!lb) {
+    b = contiguous_on_device(b);
+    lb = layout_of(b);
+  }
+  const int m = static_cast<int>(a.size(-2)), k = static_cast<int>(a.size(-1)), n = static_cast<int>(b.size(-1));
+  cublasHandle_t h = cublas_handle(dev);
+  DeviceGuard g(dev);
+  const cublasOperation_t opb = lb->trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opa = la->trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (out.dtype() == DType::f32) {
+    const float alpha = 1.0f, bt = static_cast<float>(beta);
+    VOLT_CUBLAS_CHECK(cublasSgemm(h, opb, opa, n, m, k, &alpha, static_cast<const float*>(b.raw_data()),
+                                  static_cast<int>(lb->ld), static_cast<const float*>(a.raw_data()),
+                                  static_cast<int>(la->ld), &bt, static_cast<float*>(out.raw_data()), n));
+  } else {
+    const double alpha = 1.0, bt = beta;
+    VOLT_CUBLAS_CHECK(cublasDgemm(h, opb, opa, n, m, k, &alpha, static_cast<const double*>(b.raw_data()),
+                                  static_cast<int>(lb->ld), static_cast<const double*>(a.raw_data()),
+                                  static_cast<int>(la->ld), &bt, static_cast<double*>(out.raw_data()), n));
+  }
+}
+
+}  // namespace
+
+void cublas_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out) {
+  VOLT_CHECK(out.dtype() == DType::f32 || out.dtype() == DType::f64, "matmul",
+             "cuBLAS runs f32 and f64, got " << dtype_name(out.dtype()));
+  if (out.numel() == 0) return;
+  NoGradGuard no_grad;  // the views below are internal, not part of any graph
+  Tensor a = a0, b = b0;
+  const bool a1 = a.dim() == 1, b1 = b.dim() == 1;
+  if (a1) a = a.unsqueeze(0);
+  if (b1) b = b.unsqueeze(1);
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  if (k == 0) {
+    fill(out, 0.0);
+    return;
+  }
+  Shape batch(out.sizes().begin(), out.sizes().end() - (a1 ? 0 : 1) - (b1 ? 0 : 1));
+  if (batch.empty()) {
+    gemm_2d(a, b, out, 0.0);
+    return;
+  }
+  // Batched: both operands packed into their broadcast shapes, one strided-batched GEMM.
+  Shape ash = batch, bsh = batch;
+  ash.push_back(m), ash.push_back(k);
+  bsh.push_back(k), bsh.push_back(n);
+  Tensor ac = Tensor::empty(ash, a.dtype(), a.device()), bc = Tensor::empty(bsh, b.dtype(), b.device());
+  strided_copy(ac, a.expand(ash));
+  strided_copy(bc, b.expand(bsh));
+  const int dev = out.device().index;
+  const int batches = static_cast<int>(shape_numel(batch));
+  cublasHandle_t h = cublas_handle(dev);
+  DeviceGuard g(dev);
+  const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
+  if (out.dtype() == DType::f32) {
+    const float alpha = 1.0f, beta = 0.0f;
+    VOLT_CUBLAS_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha,
+                                                static_cast<const float*>(bc.raw_data()), N, k * n,
+                                                static_cast<const float*>(ac.raw_data()), K, m * k, &beta,
+                                                static_cast<float*>(out.raw_data()), N, m * n, batches));
+  } else {
+    const double alpha = 1.0, beta = 0.0;
+    VOLT_CUBLAS_CHECK(cublasDgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha,
+                                                static_cast<const double*>(bc.raw_data()), N, k * n,
+                                                static_cast<const double*>(ac.raw_data()), K, m * k, &beta,
+                                                static_cast<double*>(out.raw_data()), N, m * n, batches));
+  }
+}
+
+void cublas_linear(const Tensor& x0, const Tensor& w, const Tensor* bias, const Tensor& out) {
+  VOLT_CHECK(out.dtype() == DType::f32 || out.dtype() == DType::f64, "linear",
+             "cuBLAS runs f32 and f64, got " << dtype_name(out.dtype()));
+  if (out.numel() == 0) return;
+  NoGradGuard no_grad;
+  Tensor x = x0.dim() == 2 ? x0 : contiguous_on_device(x0).reshape({-1, x0.size(-1)});
+  Tensor o = out.reshape({-1, w.size(0)});
+  if (x.size(1) == 0) {
+    if (bias) strided_copy(o, bias->expand(o.sizes()));
+    else fill(out, 0.0);
+    return;
+  }
+  // The bias is broadcast into the output first and the GEMM adds onto it (beta = 1).
+  if (bias) strided_copy(o, bias->expand(o.sizes()));
+  gemm_2d(x, w.t(), o, bias ? 1.0 : 0.0);
+}
+
+}  // namespace volt::cuda

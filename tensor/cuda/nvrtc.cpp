@@ -1,0 +1,224 @@
+#include "tensor/cuda/nvrtc.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "tensor/cuda/runtime.h"
+#include "volt/philox_source.h"
+
+namespace volt::cuda {
+
+namespace {
+
+const char* kPrelude = R"volt(// volt CUDA prelude
+#define VOLT_HD __device__
+// The jit's fused bodies: one thread per element, grid-stride.
+struct volt_args {
+  void* p[64];
+  __device__ void* operator[](int i) const { return p[i]; }
+};
+#define VOLT_KERNEL(name) extern "C" __global__ void name(long long n, volt_args args, \
+    unsigned long long rng_seed, unsigned long long rng_offset)
+#define VOLT_LOOP(i, n) \
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+       i += (long long)blockDim.x * gridDim.x)
+// Eager kernels: element offsets of up to 4 operands (the output first) of an
+// up-to-8-dimensional broadcast, strided iteration.
+struct volt_index {
+  int ndim;
+  long long size[8];
+  long long stride[4][8];
+};
+__device__ inline void volt_offsets(const volt_index& ix, long long i, long long* off, int k) {
+  for (int j = 0; j < k; ++j) off[j] = 0;
+  for (int d = ix.ndim - 1; d >= 0; --d) {
+    long long idx = i % ix.size[d];
+    i /= ix.size[d];
+    for (int j = 0; j < k; ++j) off[j] += idx * ix.stride[j][d];
+  }
+}
+)volt";
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::filesystem::path cache_dir() {
+  namespace fs = std::filesystem;
+  if (const char* e = std::getenv("VOLT_KERNEL_CACHE")) return fs::path(e);
+  const char* home = std::getenv("HOME");
+  return fs::path(home ? home : "/tmp") / ".cache/volt/kernels";
+}
+
+struct Compiled {
+  std::string code;  // CUBIN or PTX text
+  std::string log;
+};
+
+// One NVRTC run; `get_cubin` asks for SASS (arch "sm_90"), else PTX ("compute_90").
+Compiled run_nvrtc(const std::string& source, const std::string& arch, bool get_cubin) {
+  nvrtcProgram prog;
+  VOLT_NVRTC_CHECK(nvrtcCreateProgram(&prog, source.c_str(), "volt_kernel.cu", 0, nullptr, nullptr));
+  std::string arch_opt = "--gpu-architecture=" + arch;
+  // --fmad=false: the CPU is built with -ffp-contract=off, so both devices round alike.
+  const char* opts[] = {arch_opt.c_str(), "--std=c++17", "--fmad=false", "-default-device"};
+  nvrtcResult r = nvrtcCompileProgram(prog, 4, opts);
+  Compiled c;
+  size_t log_size = 0;
+  nvrtcGetProgramLogSize(prog, &log_size);
+  if (log_size > 1) {
+    c.log.resize(log_size);
+    nvrtcGetProgramLog(prog, c.log.data());
+    c.log.resize(log_size - 1);
+  }
+  if (r != NVRTC_SUCCESS) {
+    nvrtcDestroyProgram(&prog);
+    std::ostringstream os;
+    os << "NVRTC could not compile a generated kernel for " << arch << ": " << nvrtcGetErrorString(r) << "\n"
+       << c.log << "\n--- source ---\n"
+       << numbered(source);
+    throw Error(os.str());
+  }
+  size_t size = 0;
+  if (get_cubin) {
+    VOLT_NVRTC_CHECK(nvrtcGetCUBINSize(prog, &size));
+    c.code.resize(size);
+    VOLT_NVRTC_CHECK(nvrtcGetCUBIN(prog, c.code.data()));
+  } else {
+    VOLT_NVRTC_CHECK(nvrtcGetPTXSize(prog, &size));
+    c.code.resize(size);
+    VOLT_NVRTC_CHECK(nvrtcGetPTX(prog, c.code.data()));
+  }
+  nvrtcDestroyProgram(&prog);
+  return c;
+}
+
+// Whether this NVRTC can emit SASS for sm_<cc> (a GPU newer than the toolkit cannot).
+bool nvrtc_knows(int cc) {
+  int n = 0;
+  if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS) return false;
+  std::vector<int> archs(static_cast<size_t>(n));
+  nvrtcGetSupportedArchs(archs.data());
+  for (int a : archs)
+    if (a == cc) return true;
+  return false;
+}
+
+std::mutex g_mutex;
+CompileCounters g_counters;
+std::unordered_map<std::string, cudaLibrary_t> g_libraries;  // key -> loaded library
+
+}  // namespace
+
+const std::string& prelude() {
+  static const std::string p = std::string(kPrelude) + kPhiloxSource + "\n";
+  return p;
+}
+
+std::string numbered(const std::string& source) {
+  std::istringstream is(source);
+  std::ostringstream os;
+  std::string line;
+  for (int n = 1; std::getline(is, line); ++n) {
+    std::string num = std::to_string(n);
+    os << std::string(num.size() < 4 ? 4 - num.size() : 0, ' ') << num << "  " << line << "\n";
+  }
+  return os.str();
+}
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  VOLT_NVRTC_CHECK(nvrtcVersion(&major, &minor));
+  return "NVRTC " + std::to_string(major) + "." + std::to_string(minor);
+}
+
+std::string compile_ptx(const std::string& source, const std::string& arch) {
+  return run_nvrtc(source, arch, false).code;
+}
+
+cudaKernel_t get_kernel(const std::string& source, const std::string& name, int device) {
+  const int cc = compute_capability(device);
+  const bool sass = nvrtc_knows(cc);
+  const std::string arch = (sass ? "sm_" : "compute_") + std::to_string(cc);
+  std::ostringstream key;
+  key << std::hex << fnv1a(source) << "_" << arch << "_" << fnv1a(nvrtc_version() + " volt " VOLT_VERSION);
+
+  std::lock_guard<std::mutex> lock(g_mutex);
+  cudaLibrary_t lib = nullptr;
+  if (auto it = g_libraries.find(key.str()); it != g_libraries.end()) {
+    ++g_counters.memory_hits;
+    lib = it->second;
+  } else {
+    namespace fs = std::filesystem;
+    fs::path dir = cache_dir();
+    fs::path file = dir / ("cuda_" + key.str() + (sass ? ".cubin" : ".ptx"));
+    std::string code;
+    if (std::ifstream in(file, std::ios::binary); in) {
+      std::ostringstream ss;
+      ss << in.rdbuf();
+      code = ss.str();
+      ++g_counters.disk_hits;
+    }
+    if (code.empty()) {
+      auto t0 = std::chrono::steady_clock::now();
+      code = run_nvrtc(source, arch, sass).code;
+      g_counters.compile_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      ++g_counters.compiled;
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      fs::path tmp = file;
+      tmp += ".tmp" + std::to_string(::getpid());
+      {
+        std::ofstream out(tmp, std::ios::binary);
+        out.write(code.data(), static_cast<std::streamsize>(code.size()));
+      }
+      fs::rename(tmp, file, ec);  // atomic: readers see the whole file or none
+      if (ec) fs::remove(tmp, ec);
+      // The source beside it, for reading and debugging.
+      fs::path src = dir / ("cuda_" + key.str() + ".cu");
+      if (!fs::exists(src, ec)) std::ofstream(src) << source;
+    }
+    DeviceGuard g(device);
+    VOLT_CUDA_CHECK(cudaLibraryLoadData(&lib, code.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+    g_libraries[key.str()] = lib;
+  }
+  cudaKernel_t k = nullptr;
+  cudaError_t e = cudaLibraryGetKernel(&k, lib, name.c_str());
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    VOLT_FAIL("nvrtc", "the compiled source has no kernel named '" << name << "' (" << cudaGetErrorString(e)
+                                                                    << ")\n--- source ---\n"
+                                                                    << numbered(source));
+  }
+  return k;
+}
+
+CompileCounters compile_counters() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_counters;
+}
+
+void launch(cudaKernel_t k, int device, long long n, void** args, unsigned block) {
+  if (n <= 0) return;
+  long long blocks = (n + block - 1) / block;
+  // A few waves of the GPU; kernels loop over the rest.
+  long long cap = static_cast<long long>(multiprocessor_count(device)) * 32;
+  if (blocks > cap) blocks = cap;
+  launch(k, device, dim3(static_cast<unsigned>(blocks)), dim3(block), args, 0);
+}
+
+void launch(cudaKernel_t k, int device, dim3 grid, dim3 block, void** args, size_t shared_bytes) {
+  DeviceGuard g(device);
+  VOLT_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, block, args, shared_bytes, stream(device)));
+}
+
+}  // namespace volt::cuda

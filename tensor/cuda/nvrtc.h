@@ -1,0 +1,62 @@
+// Run-time compilation of CUDA C++ source with NVRTC, cached in memory and on
+// disk, and loading of the result through the CUDA runtime's library API
+// (cudaLibraryLoadData, no libcuda link).
+//
+//   std::string src = volt::cuda::prelude() + "extern \"C\" __global__ void k(float* x) { x[0] = 1; }";
+//   std::string ptx = volt::cuda::compile_ptx(src, "compute_90");   // no GPU needed
+//   cudaKernel_t k = volt::cuda::get_kernel(src, "k", 0);            // SASS for cuda:0, cached
+//
+// The disk cache lives in $VOLT_KERNEL_CACHE or ~/.cache/volt/kernels; an entry
+// is keyed by the source's hash, the architecture, the NVRTC version and the
+// volt version, and written under a temporary name then renamed, so another
+// process never reads half a file.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace volt::cuda {
+
+// The CUDA definitions every generated kernel starts with: VOLT_KERNEL and
+// VOLT_LOOP for the jit's fused bodies, the index helper of eager kernels, and
+// the shared Philox function (tensor/philox.inc).
+const std::string& prelude();
+
+// The most pointers a generated kernel takes in its argument table.
+constexpr int kMaxKernelArgs = 64;
+// VOLT_KERNEL's argument table, passed by value (kernel parameters live in
+// constant memory, so no device allocation is needed per launch).
+struct KernelArgs {
+  void* p[kMaxKernelArgs];
+};
+
+// Compiles to PTX for a virtual architecture ("compute_80"); throws a
+// volt::Error with NVRTC's log and the source with line numbers on failure.
+std::string compile_ptx(const std::string& source, const std::string& arch);
+// "NVRTC 13.0"
+std::string nvrtc_version();
+
+// The kernel `name` of `source` for `device`: from memory, else from the disk
+// cache, else compiled (SASS for the device's architecture where NVRTC knows
+// it, PTX otherwise) and stored in both.
+cudaKernel_t get_kernel(const std::string& source, const std::string& name, int device);
+
+struct CompileCounters {
+  int64_t compiled = 0;      // NVRTC invocations
+  int64_t disk_hits = 0;     // loaded from the disk cache
+  int64_t memory_hits = 0;   // found in this process's cache
+  double compile_ms = 0;     // time spent in NVRTC
+};
+CompileCounters compile_counters();
+
+// Launches a kernel over n elements on the device's stream (grid-stride loops:
+// the grid is capped to a few waves of the GPU).
+void launch(cudaKernel_t k, int device, long long n, void** args, unsigned block = 256);
+void launch(cudaKernel_t k, int device, dim3 grid, dim3 block, void** args, size_t shared_bytes = 0);
+
+// Prefixes every line with its number, for error messages.
+std::string numbered(const std::string& source);
+
+}  // namespace volt::cuda

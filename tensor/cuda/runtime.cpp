@@ -1,0 +1,115 @@
+#include "tensor/cuda/runtime.h"
+
+#include <array>
+#include <mutex>
+#include <vector>
+
+namespace volt::cuda {
+
+void fail_cuda(cudaError_t e, const char* expr, const char* file, int line) {
+  cudaGetLastError();  // clear a sticky non-fatal error so the next call is not blamed for it
+  std::ostringstream os;
+  os << "CUDA error " << cudaGetErrorName(e) << " (" << cudaGetErrorString(e) << ") in " << expr << " at "
+     << file << ":" << line;
+  throw Error(os.str());
+}
+
+void fail_cublas(cublasStatus_t s, const char* expr, const char* file, int line) {
+  std::ostringstream os;
+  os << "cuBLAS error " << cublasGetStatusName(s) << " (" << cublasGetStatusString(s) << ") in " << expr
+     << " at " << file << ":" << line;
+  throw Error(os.str());
+}
+
+void fail_nvrtc(nvrtcResult r, const char* expr, const char* file, int line) {
+  std::ostringstream os;
+  os << "NVRTC error " << nvrtcGetErrorString(r) << " in " << expr << " at " << file << ":" << line;
+  throw Error(os.str());
+}
+
+namespace {
+
+constexpr int kMaxDevices = 16;
+
+struct PerDevice {
+  std::once_flag once;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  int cc = 0, sms = 0;
+};
+
+std::array<PerDevice, kMaxDevices>& devices() {
+  static std::array<PerDevice, kMaxDevices> d;
+  return d;
+}
+
+bool g_allow_tf32 = false;
+
+// Sets up a device's stream and cuBLAS handle the first time it is used.
+PerDevice& per_device(int index) {
+  VOLT_CHECK(index >= 0 && index < device_count() && index < kMaxDevices, "cuda",
+             "device cuda:" << index << " does not exist (" << device_count() << " CUDA devices)");
+  PerDevice& d = devices()[index];
+  std::call_once(d.once, [&] {
+    DeviceGuard g(index);
+    VOLT_CUDA_CHECK(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking));
+    VOLT_CUBLAS_CHECK(cublasCreate(&d.cublas));
+    VOLT_CUBLAS_CHECK(cublasSetStream(d.cublas, d.stream));
+    VOLT_CUBLAS_CHECK(cublasSetMathMode(d.cublas, g_allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    int major = 0, minor = 0;
+    VOLT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index));
+    VOLT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index));
+    VOLT_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, index));
+    d.cc = major * 10 + minor;
+  });
+  return d;
+}
+
+}  // namespace
+
+int device_count() {
+  // Asked once: without a driver cudaGetDeviceCount returns an error, which means none.
+  static const int n = [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return count;
+  }();
+  return n;
+}
+
+bool is_available() { return device_count() > 0; }
+
+DeviceGuard::DeviceGuard(int index) {
+  VOLT_CUDA_CHECK(cudaGetDevice(&prev_));
+  if (prev_ != index) VOLT_CUDA_CHECK(cudaSetDevice(index));
+}
+DeviceGuard::~DeviceGuard() {
+  int cur = -1;
+  if (cudaGetDevice(&cur) == cudaSuccess && cur != prev_ && prev_ >= 0) cudaSetDevice(prev_);
+}
+
+cudaStream_t stream(int device) { return per_device(device).stream; }
+cublasHandle_t cublas_handle(int device) { return per_device(device).cublas; }
+int compute_capability(int device) { return per_device(device).cc; }
+int multiprocessor_count(int device) { return per_device(device).sms; }
+
+void synchronize(int device) { VOLT_CUDA_CHECK(cudaStreamSynchronize(stream(device))); }
+
+void set_allow_tf32(bool on) {
+  g_allow_tf32 = on;
+  for (int i = 0; i < device_count() && i < kMaxDevices; ++i)
+    if (devices()[i].cublas)
+      VOLT_CUBLAS_CHECK(cublasSetMathMode(devices()[i].cublas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+}
+bool allow_tf32() { return g_allow_tf32; }
+
+void check_device(const Device& d, const char* op) {
+  VOLT_CHECK(d.is_cuda(), op, "expected a CUDA tensor, got device " << d.str());
+  VOLT_CHECK(d.index >= 0 && d.index < device_count(), op,
+             "device " << d.str() << " does not exist (" << device_count() << " CUDA devices on this machine)");
+}
+
+}  // namespace volt::cuda

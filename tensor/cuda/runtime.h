@@ -1,0 +1,71 @@
+// The CUDA runtime as volt uses it: checked calls, one stream per device, the
+// cuBLAS handle.  Only cudart is linked (never libcuda), so a CUDA build starts
+// on a machine without a driver and is_available() simply says false there.
+//
+//   if (volt::cuda::is_available()) {
+//     auto x = volt::Tensor::rand({8, 784}, volt::DType::f32, volt::Device::cuda(0));
+//     std::cout << x.sum();   // tensor(3141.5927, device='cuda:0')
+//   }
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <nvrtc.h>
+
+#include <sstream>
+#include <string>
+
+#include "tensor/device.h"
+#include "tensor/error.h"
+
+namespace volt::cuda {
+
+[[noreturn]] void fail_cuda(cudaError_t e, const char* expr, const char* file, int line);
+[[noreturn]] void fail_cublas(cublasStatus_t s, const char* expr, const char* file, int line);
+[[noreturn]] void fail_nvrtc(nvrtcResult r, const char* expr, const char* file, int line);
+
+// Each names the failing call, the file and line, and the library's own message.
+#define VOLT_CUDA_CHECK(expr)                                                            \
+  do {                                                                                   \
+    cudaError_t volt_e_ = (expr);                                                        \
+    if (volt_e_ != cudaSuccess) ::volt::cuda::fail_cuda(volt_e_, #expr, __FILE__, __LINE__); \
+  } while (0)
+#define VOLT_CUBLAS_CHECK(expr)                                                                  \
+  do {                                                                                           \
+    cublasStatus_t volt_s_ = (expr);                                                             \
+    if (volt_s_ != CUBLAS_STATUS_SUCCESS) ::volt::cuda::fail_cublas(volt_s_, #expr, __FILE__, __LINE__); \
+  } while (0)
+#define VOLT_NVRTC_CHECK(expr)                                                                 \
+  do {                                                                                         \
+    nvrtcResult volt_r_ = (expr);                                                              \
+    if (volt_r_ != NVRTC_SUCCESS) ::volt::cuda::fail_nvrtc(volt_r_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+// Makes `index` the current device for the scope (and checks it exists).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1;
+};
+
+// The one stream of a device: every kernel, copy and GEMM on that device runs
+// on it, in order, so the caching allocator may hand a freed block to the next
+// request without waiting.
+cudaStream_t stream(int device);
+void synchronize(int device);
+// Compute capability as a number: 80 for sm_80, 90 for sm_90.
+int compute_capability(int device);
+int multiprocessor_count(int device);
+cublasHandle_t cublas_handle(int device);
+
+// FP32 GEMMs use full FP32 by default; TF32 tensor cores only when asked.
+void set_allow_tf32(bool on);
+bool allow_tf32();
+
+void check_device(const Device& d, const char* op);
+
+}  // namespace volt::cuda
