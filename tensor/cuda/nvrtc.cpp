@@ -65,13 +65,13 @@ struct Compiled {
 };
 
 // One NVRTC run; `get_cubin` asks for SASS (arch "sm_90"), else PTX ("compute_90").
-Compiled run_nvrtc(const std::string& source, const std::string& arch, bool get_cubin) {
+Compiled run_nvrtc(const std::string& source, const std::string& arch, bool get_cubin, bool fast = false) {
   nvrtcProgram prog;
   VOLT_NVRTC_CHECK(nvrtcCreateProgram(&prog, source.c_str(), "volt_kernel.cu", 0, nullptr, nullptr));
   std::string arch_opt = "--gpu-architecture=" + arch;
   // --fmad=false: the CPU is built with -ffp-contract=off, so both devices round alike.
-  const char* opts[] = {arch_opt.c_str(), "--std=c++17", "--fmad=false", "-default-device"};
-  nvrtcResult r = nvrtcCompileProgram(prog, 4, opts);
+  const char* opts[] = {arch_opt.c_str(), "--std=c++17", "--fmad=false", "-default-device", "-Ofc=max"};
+  nvrtcResult r = nvrtcCompileProgram(prog, fast ? 5 : 4, opts);
   Compiled c;
   size_t log_size = 0;
   nvrtcGetProgramLogSize(prog, &log_size);
@@ -141,8 +141,8 @@ std::string nvrtc_version() {
   return "NVRTC " + std::to_string(major) + "." + std::to_string(minor);
 }
 
-std::string compile_ptx(const std::string& source, const std::string& arch) {
-  return run_nvrtc(source, arch, false).code;
+std::string compile_ptx(const std::string& source, const std::string& arch, bool fast_compile) {
+  return run_nvrtc(source, arch, false, fast_compile).code;
 }
 
 cudaKernel_t get_kernel(const std::string& source, const std::string& name, int device) {

@@ -1,0 +1,172 @@
+// Every CUDA kernel source volt generates compiles with NVRTC to PTX for
+// compute_80 and compute_90.  NVRTC needs no GPU, so this runs everywhere the
+// toolkit is installed (and CI checks the one code generator without a GPU).
+#include <doctest/doctest.h>
+
+#ifdef VOLT_WITH_CUDA
+#include <set>
+#include <string>
+#include <vector>
+
+#include "jit/jit.h"
+#include "nn/loss.h"
+#include "nn/mlp.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/cuda/nvrtc.h"
+#include "tensor/cuda/runtime.h"
+#include "tensor/random.h"
+
+using namespace volt;
+
+namespace {
+
+const char* kArchs[] = {"compute_80", "compute_90"};
+constexpr DType kAll[] = {DType::b8, DType::u8, DType::i32, DType::i64, DType::f32, DType::f64};
+
+// The spec the backend would use for `call`, if the op accepts these operands.
+bool add_spec(std::vector<cuda::ElementwiseSpec>& specs, const OpCall& call) {
+  std::vector<TensorMeta> m;
+  try {
+    m = infer_meta(call);
+  } catch (const Error&) {
+    return false;  // the op rejects these dtypes on every device
+  }
+  for (bool strided : {false, true}) specs.push_back(cuda::elementwise_spec(call, m[0].dtype, strided));
+  return true;
+}
+
+// Every (op, dtypes, scalar-or-tensor, contiguous-or-strided) the eager backend can be asked for.
+std::vector<cuda::ElementwiseSpec> every_elementwise_spec(std::set<std::string>* ops_seen) {
+  std::vector<cuda::ElementwiseSpec> specs;
+  auto t = [](DType d) { return Value(Tensor::proxy({2, 3}, d, kCPU)); };
+  for (int i = 0; i < static_cast<int>(OpId::kCount); ++i) {
+    const OpId op = static_cast<OpId>(i);
+    const OpKind kind = op_info(op).kind;
+    bool any = false;
+    for (DType a : kAll) {
+      switch (kind) {
+        case OpKind::Unary:
+        case OpKind::Copy:
+          any |= add_spec(specs, OpCall{op, {t(a)}, {}});
+          break;
+        case OpKind::Convert:
+          for (DType b : kAll) {
+            OpCall c{op, {t(a)}, {}};
+            c.attrs.dtype = b;
+            any |= add_spec(specs, c);
+          }
+          break;
+        case OpKind::Binary:
+        case OpKind::Compare:
+          for (DType b : kAll) any |= add_spec(specs, OpCall{op, {t(a), t(b)}, {}});
+          any |= add_spec(specs, OpCall{op, {t(a), Value(0.5)}, {}});
+          any |= add_spec(specs, OpCall{op, {t(a), Value(2)}, {}});
+          any |= add_spec(specs, OpCall{op, {Value(true), t(a)}, {}});
+          break;
+        case OpKind::Ternary:
+          any |= add_spec(specs, OpCall{op, {t(DType::b8), t(a), t(a)}, {}});
+          any |= add_spec(specs, OpCall{op, {t(DType::b8), t(a), Value(0.0)}, {}});
+          break;
+        default:
+          break;
+      }
+    }
+    if (any && ops_seen) ops_seen->insert(op_name(op));
+  }
+  return specs;
+}
+
+// One translation unit holding many kernels: one NVRTC run per architecture.
+void compile_all(const std::vector<std::string>& bodies) {
+  std::string src = cuda::prelude();
+  for (const std::string& b : bodies) src += b + "\n";
+  for (const char* arch : kArchs) {
+    std::string ptx;
+    CHECK_NOTHROW(ptx = cuda::compile_ptx(src, arch, /*fast_compile=*/true));
+    CHECK(ptx.find(".entry") != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("nvrtc: every eager elementwise kernel source compiles for compute_80 and compute_90") {
+  std::set<std::string> ops;
+  std::vector<cuda::ElementwiseSpec> specs = every_elementwise_spec(&ops);
+  // Every elementwise prim of the op table is covered.
+  for (int i = 0; i < static_cast<int>(OpId::kCount); ++i) {
+    OpKind k = op_info(static_cast<OpId>(i)).kind;
+    if (k == OpKind::Unary || k == OpKind::Binary || k == OpKind::Compare || k == OpKind::Ternary ||
+        k == OpKind::Convert || k == OpKind::Copy)
+      CHECK_MESSAGE(ops.count(op_name(static_cast<OpId>(i))) == 1, op_name(static_cast<OpId>(i)));
+  }
+  std::set<std::string> names;
+  std::vector<std::string> bodies;
+  for (const auto& s : specs)
+    if (names.insert(cuda::elementwise_name(s)).second) bodies.push_back(cuda::elementwise_source(s));
+  MESSAGE(bodies.size() << " distinct elementwise kernels");
+  CHECK(bodies.size() > 1000);
+  compile_all(bodies);
+}
+
+TEST_CASE("nvrtc: reductions, Philox uniform, fill and the fused optimizers compile") {
+  std::vector<std::string> bodies;
+  for (OpId op : {OpId::sum, OpId::amax, OpId::amin, OpId::argmax, OpId::argmin})
+    for (DType in : kAll) {
+      DType out = in;
+      if (op == OpId::sum && is_integral(in, true)) out = DType::i64;
+      if (op == OpId::argmax || op == OpId::argmin) out = DType::i64;
+      bodies.push_back(cuda::reduce_source(op, in, out));
+    }
+  for (DType t : kAll) bodies.push_back(cuda::fill_source(t));
+  for (DType t : {DType::f32, DType::f64}) {
+    bodies.push_back(cuda::uniform_source(t));
+    bodies.push_back(cuda::adam_source(t));
+    bodies.push_back(cuda::sgd_source(t));
+  }
+  compile_all(bodies);
+}
+
+TEST_CASE("nvrtc: the jit's fused kernels of the MLP training step compile with the CUDA prelude") {
+  manual_seed(0);
+  auto net = std::make_shared<nn::MLP>(784, std::vector<int64_t>{784, 784, 784, 28, 10}, true, 0.1);
+  auto jm = jit::jit(net);
+  nn::CrossEntropyLoss loss_fn;
+  Tensor x = Tensor::rand({8, 784});
+  Tensor y = Tensor::from_vector<int64_t>({0, 1, 2, 3, 4, 5, 6, 7});
+  Tensor loss = loss_fn(jm(x), y);
+  loss.backward();
+  std::vector<std::string> sources = jit::last_kernel_sources(jm);
+  REQUIRE(sources.size() >= 4);  // forward and backward fusions
+  bool has_uniform = false;
+  for (const std::string& s : sources) {
+    has_uniform |= s.find("volt_uniform_range_f32") != std::string::npos;
+    // Each on its own: forward and backward both start their numbering at 0.
+    for (const char* arch : kArchs) CHECK_NOTHROW(cuda::compile_ptx(cuda::prelude() + s, arch));
+  }
+  CHECK(has_uniform);  // dropout's mask is drawn inside a fused kernel
+}
+
+TEST_CASE("nvrtc: a failing source is reported with NVRTC's log and numbered lines") {
+  std::string src = "extern \"C\" __global__ void broken(float* x) {\n  x[0] = undefined_name;\n}\n";
+  try {
+    cuda::compile_ptx(src, "compute_80");
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    std::string what = e.what();
+    CHECK(what.find("undefined_name") != std::string::npos);
+    CHECK(what.find("   2    x[0] = undefined_name;") != std::string::npos);
+  }
+}
+
+TEST_CASE("cuda: a CUDA build starts and answers without a GPU") {
+  const bool available = cuda::is_available();
+  CHECK(cuda::device_count() >= 0);
+  CHECK(available == (cuda::device_count() > 0));
+  if (!available) {
+    MESSAGE("no CUDA GPU or driver on this machine: CUDA tensors must fail with a clear error");
+    CHECK_THROWS_WITH_AS(Tensor::zeros({2}, DType::f32, Device::cuda(0)),
+                         doctest::Contains("cuda:0"), Error);
+  }
+}
+
+#endif  // VOLT_WITH_CUDA
