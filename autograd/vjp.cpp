@@ -1,5 +1,7 @@
 #include "autograd/vjp.h"
 
+#include "tensor/custom_op.h"
+
 #include <cmath>
 #include <numeric>
 
@@ -153,6 +155,11 @@ std::vector<Tensor> vjp(const OpCall& c, const Tensor& g) {
       std::vector<Tensor> r{matmul(g, w), matmul(g2.t(), x2)};
       if (c.args.size() == 3) r.push_back(sum(g2, {0}));
       return r;
+    }
+    case OpId::custom: {
+      const CustomOpDef& def = custom_op(at.custom);
+      VOLT_CHECK(def.vjp, def.name, "has no gradient registered");
+      return def.vjp(c.args, {g});
     }
     default:
       VOLT_FAIL(op_name(c.op), "has no derivative");

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -72,7 +73,7 @@ std::string index_expr(const Shape& in, const Shape& out) {
   return r.empty() ? "0" : r;
 }
 
-std::string generate(const BoundSymbol& f, const ProxyNames& names, const Shape& shape) {
+std::string generate_body(const BoundSymbol& f, const ProxyNames& names, const Shape& shape) {
   std::ostringstream os;
   os << "// " << f.fusion_name << ": " << shape_str(shape) << "\n";
   os << "VOLT_KERNEL(" << f.fusion_name << ") {\n";
@@ -144,47 +145,101 @@ std::string compiler() {
 
 }  // namespace
 
-Trace fusion_pass(const Trace& t, const std::string& prefix) {
+// ---------------------------------------------------------------- cpu-fusion
+
+bool CpuFusionExecutor::can_fuse(const BoundSymbol& p) const {
+  if (p.call.op == OpId::custom || !is_elementwise(p.call.op)) return false;
+  for (const Tensor& o : p.outputs)
+    if (!o.device().is_cpu()) return false;
+  for (const Value& v : p.call.args)
+    if (v.is_tensor && v.tensor.defined() && !v.tensor.device().is_cpu()) return false;
+  return true;
+}
+
+void CpuFusionExecutor::generate(BoundSymbol& f, const ProxyNames& names) const {
+  f.kernel = std::make_shared<FusedKernel>();
+  f.kernel->name = f.fusion_name;
+  f.kernel->source = generate_body(f, names, f.subsymbols.front().outputs.front().sizes());
+}
+
+std::vector<Tensor> CpuFusionExecutor::run(const BoundSymbol& f, const std::vector<Tensor>& inputs,
+                                           const PhiloxState& rng) const {
+  std::vector<Tensor> keep;
+  std::vector<void*> ptrs;
+  for (const Tensor& in : inputs) {
+    VOLT_CHECK(in.device().is_cpu(), f.fusion_name, "expected CPU tensors, got " << in.meta_str());
+    keep.push_back(in.is_contiguous() ? in : in.contiguous());
+    ptrs.push_back(keep.back().raw_data());
+  }
+  std::vector<Tensor> outs;
+  for (const Tensor& o : f.outputs) {
+    outs.push_back(Tensor::empty(o.sizes(), o.dtype(), o.device()));
+    ptrs.push_back(outs.back().raw_data());
+  }
+  long long n = static_cast<long long>(f.subsymbols.front().outputs.front().numel());
+  f.kernel->fn(n, ptrs.data(), rng.seed, rng.offset);
+  return outs;
+}
+
+FusionExecutor& cpu_fusion_executor() {
+  static CpuFusionExecutor e;
+  return e;
+}
+
+// ---------------------------------------------------------------- the fusion pass
+
+Trace fusion_pass(const Trace& t) {
   auto t0 = Clock::now();
   const ProxyNames& names = names_of(t);
-  std::vector<BoundSymbol> prims = flatten_to_prims(t.bsyms);
+  // Elementwise prims no executor claimed yet (a trace that skipped the claim
+  // pass) go to cpu-fusion where it can take them.
+  std::vector<BoundSymbol> bsyms = t.bsyms;
+  for (BoundSymbol& b : bsyms)
+    if (!b.executor && b.subsymbols.size() <= 1 && cpu_fusion_executor().can_fuse(b)) {
+      if (!b.subsymbols.empty()) b = b.subsymbols.front();
+      b.executor = &cpu_fusion_executor();
+    }
+  auto fuser = [](const BoundSymbol& b) { return dynamic_cast<const FusionExecutor*>(b.executor); };
   // Where each value is used: a group output is what is used after the group.
   std::unordered_map<int64_t, size_t> last_use;
-  for (size_t i = 0; i < prims.size(); ++i)
-    for (const Value& v : prims[i].call.args)
-      if (v.is_tensor && v.tensor.defined()) last_use[id_of(v.tensor)] = i;
+  for (size_t i = 0; i < bsyms.size(); ++i)
+    for (const BoundSymbol& p : flatten_to_prims({bsyms[i]}))
+      for (const Value& v : p.call.args)
+        if (v.is_tensor && v.tensor.defined()) last_use[id_of(v.tensor)] = i;
   std::unordered_set<int64_t> outputs;
   for (const Tensor& o : t.outputs) outputs.insert(id_of(o));
 
   Trace r = t;
   r.bsyms.clear();
-  int count = 0;
-  for (size_t i = 0; i < prims.size();) {
-    if (!is_elementwise(prims[i].call.op)) {
-      r.bsyms.push_back(prims[i++]);
+  std::unordered_map<const FusionExecutor*, int> count;
+  for (size_t i = 0; i < bsyms.size();) {
+    const FusionExecutor* fu = fuser(bsyms[i]);
+    if (!fu) {
+      r.bsyms.push_back(bsyms[i++]);
       continue;
     }
-    Shape shape = prims[i].outputs[0].sizes();
+    Shape shape = bsyms[i].outputs[0].sizes();
     size_t j = i;
-    while (j < prims.size() && is_elementwise(prims[j].call.op) && prims[j].outputs[0].sizes() == shape) ++j;
+    while (j < bsyms.size() && fuser(bsyms[j]) == fu && bsyms[j].outputs[0].sizes() == shape) ++j;
     BoundSymbol f;
-    f.fusion_name = prefix + std::to_string(count++);
+    f.executor = fu;
+    f.fusion_name = fu->prefix() + std::to_string(count[fu]++);
     std::unordered_set<int64_t> inside, seen_in;
     for (size_t k = i; k < j; ++k) {
-      for (const Value& v : prims[k].call.args)
+      for (const Value& v : bsyms[k].call.args)
         if (v.is_tensor && !inside.count(id_of(v.tensor)) && seen_in.insert(id_of(v.tensor)).second)
           f.fusion_inputs.push_back(v.tensor);
-      for (const Tensor& o : prims[k].outputs) inside.insert(id_of(o));
-      f.subsymbols.push_back(prims[k]);
+      for (const Tensor& o : bsyms[k].outputs) inside.insert(id_of(o));
+      BoundSymbol p = bsyms[k];
+      p.executor = nullptr;
+      f.subsymbols.push_back(std::move(p));
     }
     for (size_t k = i; k < j; ++k)
-      for (const Tensor& o : prims[k].outputs) {
+      for (const Tensor& o : bsyms[k].outputs) {
         auto lu = last_use.find(id_of(o));
         if (outputs.count(id_of(o)) || (lu != last_use.end() && lu->second >= j)) f.outputs.push_back(o);
       }
-    f.kernel = std::make_shared<FusedKernel>();
-    f.kernel->name = f.fusion_name;
-    f.kernel->source = generate(f, names, shape);
+    fu->generate(f, names);
     r.bsyms.push_back(std::move(f));
     i = j;
   }
@@ -194,9 +249,21 @@ Trace fusion_pass(const Trace& t, const std::string& prefix) {
 }
 
 bool compile_fusions(Trace& t) {
+  std::vector<const FusionExecutor*> seen;
+  bool ok = true;
+  for (const BoundSymbol& b : t.bsyms) {
+    auto* fu = dynamic_cast<const FusionExecutor*>(b.executor);
+    if (!fu || !b.kernel || std::find(seen.begin(), seen.end(), fu) != seen.end()) continue;
+    seen.push_back(fu);
+    ok = fu->compile(t) && ok;
+  }
+  return ok;
+}
+
+bool CpuFusionExecutor::compile(Trace& t) const {
   std::string body;
   for (const BoundSymbol& b : t.bsyms)
-    if (b.kernel) body += b.kernel->source + "\n";
+    if (b.kernel && b.executor == this) body += b.kernel->source + "\n";
   if (body.empty()) return true;
   const std::string flags = "-O3 -march=native -ffp-contract=off -fopenmp -shared -fPIC";
   std::string source = std::string(kHostPrelude) + "#define VOLT_HD\n" + kPhiloxSource + "\n" + body;
@@ -252,7 +319,7 @@ bool compile_fusions(Trace& t) {
     loaded[key.str()] = handle;
   }
   for (BoundSymbol& b : t.bsyms)
-    if (b.kernel) b.kernel->fn = reinterpret_cast<KernelFn>(::dlsym(handle, b.kernel->name.c_str()));
+    if (b.kernel && b.executor == this) b.kernel->fn = reinterpret_cast<KernelFn>(::dlsym(handle, b.kernel->name.c_str()));
   return true;
 }
 

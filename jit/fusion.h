@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "jit/executor.h"
 #include "jit/trace.h"
 
 namespace volt::jit {
@@ -20,12 +21,27 @@ struct FusedKernel {
   KernelFn fn = nullptr;
 };
 
-// Groups elementwise prims into fusion bound symbols named prefix0, prefix1, ...
-// and generates each one's source.
-Trace fusion_pass(const Trace& t, const std::string& prefix = "cpuFusion");
-// Compiles every fusion of the trace with the host compiler into one shared
-// library (cached in memory and under ~/.cache/volt/kernels).  Returns false,
-// after one warning, if no compiler is usable: the fusions then run prim by prim.
+// cpu-fusion: kernels compiled by the host C++ compiler, all fusions of a
+// trace into one shared library (cached in memory and under
+// ~/.cache/volt/kernels, keyed by source, compiler and flags).  If no compiler
+// is usable, one warning, and the fusions run prim by prim.
+class CpuFusionExecutor final : public FusionExecutor {
+ public:
+  CpuFusionExecutor() : FusionExecutor("cpu-fusion", VOLT_VERSION) {}
+  bool can_fuse(const BoundSymbol& prim) const override;
+  std::string prefix() const override { return "cpuFusion"; }
+  void generate(BoundSymbol& fusion, const ProxyNames& names) const override;
+  bool compile(Trace& t) const override;
+  std::vector<Tensor> run(const BoundSymbol& fusion, const std::vector<Tensor>& inputs,
+                          const PhiloxState& rng) const override;
+};
+
+// Groups consecutive prims claimed by the same fusion executor, over one
+// shape, into fusion bound symbols named prefix0, prefix1, ... and generates
+// each one's kernel source.  Elementwise CPU prims nobody claimed (a trace
+// that skipped the claim pass) go to cpu-fusion.
+Trace fusion_pass(const Trace& t);
+// Asks each fusion executor in the trace to build its kernels; false if one could not.
 bool compile_fusions(Trace& t);
 // Marks, after each bound symbol, the values used for the last time there.
 Trace del_last_used_pass(const Trace& t);

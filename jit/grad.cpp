@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "autograd/vjp.h"
+#include "jit/executor.h"
 #include "jit/passes.h"
 #include "jit/tracer.h"
 #include "tensor/ops.h"
@@ -31,20 +32,66 @@ bool recomputable(int64_t id, const std::unordered_map<int64_t, const BoundSymbo
   return ok;
 }
 
+// The units the VJP walk differentiates: an op with a grad transform or a
+// custom prim as a whole, everything else as its prims.
+void grad_units(const std::vector<BoundSymbol>& bsyms, const std::vector<Executor*>& executors,
+                std::vector<BoundSymbol>& out) {
+  for (const BoundSymbol& b : bsyms) {
+    bool whole = b.subsymbols.empty() || grad_transform_for(b.call, executors) ||
+                 (b.call.op == OpId::custom && is_prim(b.call));
+    if (whole) {
+      BoundSymbol u = b;
+      u.top_level_prim = false;
+      out.push_back(std::move(u));
+    } else {
+      grad_units(b.subsymbols, executors, out);
+    }
+  }
+}
+
+void produced_inside(const BoundSymbol& b, std::unordered_set<int64_t>& ids) {
+  for (const BoundSymbol& s : b.subsymbols) {
+    for (const Tensor& o : s.outputs) ids.insert(id_of(o));
+    produced_inside(s, ids);
+  }
+}
+
+// Keeps each op whole unless a value made inside it is needed outside (saved
+// for backward): then its decomposition takes its place.
+std::vector<BoundSymbol> expose(const std::vector<BoundSymbol>& bsyms, const std::unordered_set<int64_t>& need) {
+  std::vector<BoundSymbol> out;
+  for (const BoundSymbol& b : bsyms) {
+    std::unordered_set<int64_t> inner;
+    if (!b.top_level_prim) produced_inside(b, inner);
+    for (const Tensor& o : b.outputs) inner.erase(id_of(o));
+    bool open = false;
+    for (int64_t id : inner) open |= need.count(id) > 0;
+    if (!open) {
+      out.push_back(b);
+    } else {
+      std::vector<BoundSymbol> sub = expose(b.subsymbols, need);
+      out.insert(out.end(), sub.begin(), sub.end());
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool>& requires_grad) {
+GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool>& requires_grad,
+                     const std::vector<Executor*>& executors) {
   auto t0 = std::chrono::steady_clock::now();
   GradTraces r;
   r.num_outputs = fwd.outputs.size();
-  const std::vector<BoundSymbol> prims = flatten_to_prims(fwd.bsyms);
+  std::vector<BoundSymbol> prims;
+  grad_units(fwd.bsyms, executors, prims);
 
   // Which values carry a gradient.
   std::unordered_set<int64_t> needs;
   for (size_t i = 0; i < fwd.inputs.size(); ++i)
     if (requires_grad[i]) needs.insert(id_of(fwd.inputs[i]));
   for (const BoundSymbol& b : prims) {
-    if (!autograd::is_differentiable(b.call.op)) continue;
+    if (b.call.op != OpId::custom && !autograd::is_differentiable(b.call.op)) continue;
     for (const Value& v : b.call.args)
       if (v.is_tensor && v.tensor.defined() && needs.count(id_of(v.tensor))) {
         for (const Tensor& o : b.outputs)
@@ -64,10 +111,37 @@ GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool
   std::vector<BoundSymbol> bwd = record(names, [&] {
     for (auto it = prims.rbegin(); it != prims.rend(); ++it) {
       const BoundSymbol& b = *it;
-      if (b.outputs.empty() || !needs.count(id_of(b.outputs[0]))) continue;
-      auto g = grads.find(id_of(b.outputs[0]));
-      if (g == grads.end()) continue;
-      std::vector<Tensor> in_grads = autograd::vjp(b.call, g->second);
+      // The gradients of its outputs; zeros for outputs nothing depends on.
+      std::vector<Tensor> gs;
+      bool any = false;
+      for (const Tensor& o : b.outputs) {
+        auto g = grads.find(id_of(o));
+        bool has = needs.count(id_of(o)) && g != grads.end() && g->second.defined();
+        gs.push_back(has ? g->second : Tensor());
+        any |= has;
+      }
+      if (!any) continue;
+      std::vector<Tensor> in_grads;
+      const OperatorExecutor::GradTransform* gt = grad_transform_for(b.call, executors);
+      if (gt || b.call.op == OpId::custom) {
+        for (size_t k = 0; k < gs.size(); ++k)
+          if (!gs[k].defined()) gs[k] = full(b.outputs[k].sizes(), 0.0, b.outputs[k].dtype(), b.outputs[k].device());
+        const CustomOpDef::VjpFn* fn = gt;
+        if (!fn) {
+          const CustomOpDef& def = custom_op(b.call.attrs.custom);
+          VOLT_CHECK(def.vjp, def.name, "has no gradient registered (register it with `grad`)");
+          fn = &def.vjp;
+        }
+        in_grads = (*fn)(b.call.args, gs);
+        for (size_t i = 0; i < b.call.args.size(); ++i) {
+          const Value& v = b.call.args[i];
+          if (v.is_tensor && v.tensor.defined() && needs.count(id_of(v.tensor)))
+            VOLT_CHECK(i < in_grads.size() && in_grads[i].defined(), op_name(b.call),
+                       "its grad transform put no gradient for input " << i << " (" << v.tensor.meta_str() << ")");
+        }
+      } else {
+        in_grads = autograd::vjp(b.call, gs[0]);
+      }
       for (size_t i = 0; i < b.call.args.size() && i < in_grads.size(); ++i) {
         const Value& v = b.call.args[i];
         if (!v.is_tensor || !v.tensor.defined() || !in_grads[i].defined() || !needs.count(id_of(v.tensor)))
@@ -76,7 +150,7 @@ GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool
         acc = acc.defined() ? add(acc, in_grads[i]) : in_grads[i];
       }
     }
-  });
+  }, /*flatten=*/false);
 
   Trace bt;
   bt.name = "backward_fn";
@@ -165,9 +239,13 @@ GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool
   bt.provenance = "Grad transform and rematerialization";
   bt.millis = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
+  bt.kind = Trace::Kind::Backward;
+  bt.split = saved.size();
   Trace ft = fwd;
   ft.name = "augmented_forward_fn";
-  ft.bsyms = prims;
+  ft.bsyms = expose(fwd.bsyms, saved_ids);
+  ft.kind = Trace::Kind::AugmentedForward;
+  ft.split = fwd.outputs.size();
   ft.outputs.insert(ft.outputs.end(), saved.begin(), saved.end());
   ft.provenance = "Grad transform and rematerialization";
   ft.millis = bt.millis;

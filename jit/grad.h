@@ -18,6 +18,9 @@ struct GradTraces {
 // `requires_grad[i]` says whether forward input i needs a gradient.  Values
 // backward needs that are cheap to regenerate (random masks: a chain of
 // elementwise prims from `uniform`) are recomputed in backward, not saved.
-GradTraces grad_pass(const Trace& forward, ProxyNames& names, const std::vector<bool>& requires_grad);
+// Executors in the list may replace an op's VJP by their grad transform.
+class Executor;
+GradTraces grad_pass(const Trace& forward, ProxyNames& names, const std::vector<bool>& requires_grad,
+                     const std::vector<Executor*>& executors = {});
 
 }  // namespace volt::jit

@@ -10,6 +10,7 @@
 #include "jit/grad.h"
 #include "jit/passes.h"
 #include "jit/tracer.h"
+#include "tensor/ops.h"
 
 namespace volt::jit {
 
@@ -20,15 +21,27 @@ std::string proxy_name_for(const std::string& dotted) {
 }
 
 JitFunction::JitFunction(Fn fn, std::vector<std::string> input_names, std::vector<Tensor> captured,
-                         std::vector<std::string> captured_names, std::function<bool()> training_flag)
+                         std::vector<std::string> captured_names, std::function<bool()> training_flag,
+                         JitOptions options)
     : fn_(std::move(fn)),
       input_names_(std::move(input_names)),
       captured_(std::move(captured)),
       captured_names_(std::move(captured_names)),
-      training_(std::move(training_flag)) {}
+      training_(std::move(training_flag)),
+      options_(std::move(options)) {
+  std::vector<Executor*> user;
+  for (Executor& e : options_.executors) user.push_back(&e);
+  executors_ = executor_order(user);
+}
+
+JitFunction JitFunction::transformed(CallTransform t) const {
+  JitFunction f(fn_, input_names_, captured_, captured_names_, training_, options_);
+  f.transform_ = t;
+  return f;
+}
 
 // Everything a trace depends on besides values: metadata of every input and
-// parameter, the training flag, grad mode.
+// parameter, the training flag, grad mode, the executors.
 std::string JitFunction::key_for(const std::vector<Tensor>& args) const {
   std::ostringstream os;
   auto add = [&](const char* what, size_t i, const Tensor& t) {
@@ -36,7 +49,8 @@ std::string JitFunction::key_for(const std::vector<Tensor>& args) const {
   };
   for (size_t i = 0; i < args.size(); ++i) add("input", i, args[i]);
   for (size_t i = 0; i < captured_.size(); ++i) add("param", i, captured_[i]);
-  os << "training=" << (training_ ? training_() : false) << ";grad_mode=" << grad_enabled();
+  os << "training=" << (training_ ? training_() : false) << ";grad_mode=" << grad_enabled() << ";executors=";
+  for (const Executor* e : executors_) os << e->name() << ",";
   return os.str();
 }
 
@@ -48,64 +62,153 @@ static std::string first_difference(const std::string& a, const std::string& b) 
   return "a different number of inputs";
 }
 
+// Runs each guard's ops on the real inputs and compares the value read when tracing.
+bool JitFunction::guards_hold(const Entry& e, const std::vector<Tensor>& inputs, std::string* why) const {
+  for (const Guard& g : e.guards) {
+    Trace check;
+    check.inputs = e.traces.front().inputs;
+    check.bsyms = g.bsyms;
+    check.outputs = {g.value};
+    double v;
+    {
+      NoGradGuard no_grad;
+      v = interpret(check, inputs).at(0).item_double();
+    }
+    if (v != g.expected) {
+      if (why) *why = "value of " + e.names->name(g.value) + " is " + python_float_repr(v) + ", the trace read " +
+                      python_float_repr(g.expected);
+      return false;
+    }
+  }
+  return true;
+}
+
+namespace {
+
+// Runs fusion, compilation and delete-last-used on a trace whose bound
+// symbols have been claimed; the final trace is readied for repeated runs.
+void finish(std::vector<Trace>& list, std::vector<Executor*>& executors, ProxyNames& names) {
+  list.push_back(claim_pass(list.back(), names, executors));
+  Trace fused = fusion_pass(list.back());
+  auto c0 = Clock::now();
+  compile_fusions(fused);
+  fused.millis += ms_since(c0);
+  list.push_back(std::move(fused));
+  list.push_back(del_last_used_pass(list.back()));
+  prepare(list.back());
+}
+
+}  // namespace
+
+std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tensor>& args) {
+  auto t0 = Clock::now();
+  TraceResult tr = trace_function(fn_, args, input_names_, captured_, captured_names_);
+  tr.trace.millis = ms_since(t0);
+  auto e = std::make_shared<Entry>();
+  e->names = tr.names;
+  e->guards = tr.trace.guards;
+  e->traces.push_back(tr.trace);
+  e->traces.push_back(dce_cse_pass(e->traces.back()));
+  e->num_outputs = e->traces.back().outputs.size();
+  const size_t n_captured = captured_.size();
+
+  if (transform_ != CallTransform::None) {
+    // One program: forward, cotangents of ones, backward; returns input grads.
+    const Trace& fwd = e->traces.back();
+    std::vector<bool> needs(fwd.inputs.size(), false);
+    for (size_t i = n_captured; i < fwd.inputs.size(); ++i) needs[i] = is_floating(fwd.inputs[i].dtype());
+    GradTraces g = grad_pass(fwd, *e->names, needs, executors_);
+    Trace t = fwd;
+    t.bsyms = g.forward.bsyms;
+    std::unordered_map<int64_t, Tensor> ones;
+    size_t n_saved = g.backward.split;
+    std::vector<BoundSymbol> seeds = record(*e->names, [&] {
+      for (size_t k = n_saved; k < g.backward.inputs.size(); ++k) {
+        const Tensor& c = g.backward.inputs[k];
+        ones[id_of(c)] = full(c.sizes(), 1.0, c.dtype(), c.device());
+      }
+    }, /*flatten=*/false);
+    std::vector<BoundSymbol> bwd = g.backward.bsyms;
+    substitute(bwd, ones);
+    t.bsyms.insert(t.bsyms.end(), seeds.begin(), seeds.end());
+    t.bsyms.insert(t.bsyms.end(), bwd.begin(), bwd.end());
+    t.outputs = transform_ == CallTransform::ValueAndGrad ? fwd.outputs : std::vector<Tensor>{};
+    for (const Tensor& o : g.backward.outputs) {
+      auto it = ones.find(id_of(o));
+      t.outputs.push_back(it != ones.end() ? it->second : o);
+    }
+    t.kind = Trace::Kind::Plain;
+    t.provenance = "Grad transform";
+    t.millis = g.backward.millis;
+    e->traces.push_back(dce_cse_pass(t));
+    e->traces.back().provenance = "Grad transform";
+    e->num_outputs = e->traces.back().outputs.size();
+    finish(e->traces, executors_, *e->names);
+    return e;
+  }
+
+  std::vector<bool> needs_grad;
+  bool any = false;
+  for (const Tensor& t : captured_) needs_grad.push_back(t.requires_grad());
+  for (const Tensor& t : args) needs_grad.push_back(t.requires_grad());
+  for (bool b : needs_grad) any |= b;
+  if (grad_enabled() && any && e->num_outputs == 1) {
+    GradTraces g = grad_pass(e->traces.back(), *e->names, needs_grad, executors_);
+    e->traces.push_back(std::move(g.forward));
+    e->backward_traces.push_back(std::move(g.backward));
+    e->grad_input_index = std::move(g.grad_input_index);
+  }
+  // Executors and fusion bypass the eager tape, so they run where the gradient
+  // comes from the backward trace, or where no gradient is needed.  Otherwise
+  // every prim runs eagerly and the tape records it.
+  if (!e->backward_traces.empty() || !(grad_enabled() && any)) {
+    finish(e->traces, executors_, *e->names);
+    if (!e->backward_traces.empty()) finish(e->backward_traces, executors_, *e->names);
+  } else {
+    prepare(e->traces.back());
+  }
+  return e;
+}
+
 std::vector<Tensor> JitFunction::operator()(const std::vector<Tensor>& args) {
+  std::vector<Tensor> inputs = captured_;
+  inputs.insert(inputs.end(), args.begin(), args.end());
   std::string key = key_for(args);
-  auto it = cache_.find(key);
-  if (it != cache_.end()) {
+  std::shared_ptr<Entry> found;
+  std::string guard_failure;
+  if (options_.cache != CacheMode::None)
+    if (auto it = cache_.find(key); it != cache_.end())
+      for (const std::shared_ptr<Entry>& e : it->second)
+        if (e->guards.empty() || guards_hold(*e, inputs, &guard_failure)) {
+          found = e;
+          break;
+        }
+  if (found) {
     ++hits_;
-    last_ = it->second;
+    last_ = found;
   } else {
     ++misses_;
-    miss_reason_ = last_key_.empty() ? "first call" : first_difference(last_key_, key);
+    if (options_.cache == CacheMode::None) miss_reason_ = "caching is off";
+    else if (!guard_failure.empty()) miss_reason_ = guard_failure;
+    else miss_reason_ = last_key_.empty() ? "first call" : first_difference(last_key_, key);
     static const bool log = [] {
       const char* e = std::getenv("VOLT_JIT_LOG");
       return e && std::string(e).find("recompile") != std::string::npos;
     }();
     if (log) std::cerr << "volt.jit: compiling (" << miss_reason_ << ")\n";
-    if (misses_ == 9)
+    if (misses_ == 9 && options_.cache != CacheMode::None)
       std::cerr << "volt.jit: warning: this function was compiled 9 times; inputs whose shapes, "
                    "dtypes or requires_grad keep changing defeat the cache (last change: "
                 << miss_reason_ << ")\n";
-    auto t0 = std::chrono::steady_clock::now();
-    TraceResult tr = trace_function(fn_, args, input_names_, captured_, captured_names_);
-    tr.trace.millis = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    auto e = std::make_shared<Entry>();
-    e->names = tr.names;
-    e->traces.push_back(tr.trace);
-    e->traces.push_back(decompose_pass(e->traces.back()));
-    e->traces.push_back(dce_cse_pass(e->traces.back()));
-    e->num_outputs = e->traces.back().outputs.size();
-    std::vector<bool> needs_grad;
-    bool any = false;
-    for (const Tensor& t : captured_) needs_grad.push_back(t.requires_grad());
-    for (const Tensor& t : args) needs_grad.push_back(t.requires_grad());
-    for (bool b : needs_grad) any |= b;
-    if (grad_enabled() && any && e->num_outputs == 1) {
-      GradTraces g = grad_pass(e->traces.back(), *e->names, needs_grad);
-      e->traces.push_back(std::move(g.forward));
-      e->backward_traces.push_back(std::move(g.backward));
-      e->grad_input_index = std::move(g.grad_input_index);
-    }
-    // Fusion bypasses the eager tape, so it runs where the gradient comes
-    // from the backward trace, or where no gradient is needed.
-    if (!e->backward_traces.empty() || !(grad_enabled() && any)) {
-      for (std::vector<Trace>* list : {&e->traces, &e->backward_traces}) {
-        if (list->empty()) continue;
-        Trace fused = fusion_pass(list->back());
-        auto c0 = std::chrono::steady_clock::now();
-        compile_fusions(fused);
-        fused.millis += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
-        list->push_back(std::move(fused));
-        list->push_back(del_last_used_pass(list->back()));
-      }
-    }
-    cache_[key] = e;
-    last_ = e;
+    last_ = compile(args);
+    if (options_.cache != CacheMode::None) cache_[key].push_back(last_);
   }
   last_key_ = key;
-  std::vector<Tensor> inputs = captured_;
-  inputs.insert(inputs.end(), args.begin(), args.end());
   if (!last_->backward_traces.empty()) return run_with_grad(last_, inputs);
+  if (transform_ != CallTransform::None) {
+    NoGradGuard no_grad;
+    return interpret(last_->traces.back(), inputs);
+  }
   return interpret(last_->traces.back(), inputs);
 }
 

@@ -15,9 +15,25 @@
 #include <unordered_map>
 #include <vector>
 
+#include "jit/executor.h"
 #include "jit/trace.h"
 
 namespace volt::jit {
+
+// Metadata: reuse a compiled trace while every input's shape, dtype, device and
+// requires_grad (and any value the trace read) are the same.  None: trace and
+// compile on every call (for debugging the jit itself).
+enum class CacheMode { Metadata, None };
+
+struct JitOptions {
+  // Tried in this order before the built-in executors (cpu-fusion, eager).
+  std::vector<std::reference_wrapper<Executor>> executors;
+  CacheMode cache = CacheMode::Metadata;
+};
+
+// What a call returns: the function's outputs, or (grad transforms) the
+// gradients of its inputs.
+enum class CallTransform { None, Grad, ValueAndGrad };
 
 class JitFunction {
  public:
@@ -25,7 +41,10 @@ class JitFunction {
   // `captured` are tensors fn uses without taking them as arguments (parameters).
   JitFunction(Fn fn, std::vector<std::string> input_names, std::vector<Tensor> captured = {},
               std::vector<std::string> captured_names = {},
-              std::function<bool()> training_flag = nullptr);
+              std::function<bool()> training_flag = nullptr, JitOptions options = {});
+
+  // The same function under a grad transform (see grad() below); a fresh cache.
+  JitFunction transformed(CallTransform t) const;
 
   std::vector<Tensor> operator()(const std::vector<Tensor>& args);
   Tensor operator()(const Tensor& x) { return (*this)(std::vector<Tensor>{x}).at(0); }
@@ -49,6 +68,7 @@ class JitFunction {
  private:
   struct Entry {
     std::shared_ptr<ProxyNames> names;
+    std::vector<Guard> guards;           // values the trace read, checked on every hit
     std::vector<Trace> traces;           // one per pass; the last one runs
     std::vector<Trace> backward_traces;  // when the call needs gradients
     std::vector<int> grad_input_index;   // backward output k is the grad of input grad_input_index[k]
@@ -56,13 +76,19 @@ class JitFunction {
   };
   std::vector<Tensor> run_with_grad(const std::shared_ptr<Entry>& e, const std::vector<Tensor>& inputs);
   std::string key_for(const std::vector<Tensor>& args) const;
+  std::shared_ptr<Entry> compile(const std::vector<Tensor>& args);
+  bool guards_hold(const Entry& e, const std::vector<Tensor>& inputs, std::string* why) const;
 
   Fn fn_;
   std::vector<std::string> input_names_;
   std::vector<Tensor> captured_;
   std::vector<std::string> captured_names_;
   std::function<bool()> training_;
-  std::unordered_map<std::string, std::shared_ptr<Entry>> cache_;
+  JitOptions options_;
+  std::vector<Executor*> executors_;  // the user's, then the built-in ones
+  CallTransform transform_ = CallTransform::None;
+  // Entries with the same metadata differ by their guards.
+  std::unordered_map<std::string, std::vector<std::shared_ptr<Entry>>> cache_;
   std::shared_ptr<Entry> last_;
   std::string last_key_, miss_reason_;
   int64_t hits_ = 0, misses_ = 0;
@@ -75,10 +101,20 @@ std::string proxy_name_for(const std::string& dotted);
 inline JitFunction jit(JitFunction::Fn fn, std::vector<std::string> input_names = {}) {
   return JitFunction(std::move(fn), std::move(input_names));
 }
+inline JitFunction jit(JitFunction::Fn fn, JitOptions options, std::vector<std::string> input_names = {}) {
+  return JitFunction(std::move(fn), std::move(input_names), {}, {}, nullptr, std::move(options));
+}
+
+// Grad transforms of a jitted function (of its tensor inputs, not of captured
+// parameters): grad(f)(x...) returns d(sum of f's outputs)/dx for every
+// floating-point input x; value_and_grad(f)(x...) returns f's outputs, then
+// those gradients.  Both are traced into one program, printable like any other.
+inline JitFunction grad(const JitFunction& f) { return f.transformed(CallTransform::Grad); }
+inline JitFunction value_and_grad(const JitFunction& f) { return f.transformed(CallTransform::ValueAndGrad); }
 
 // jit of a module: anything with forward(Tensor), named_parameters() and is_training().
 template <class M>
-JitFunction jit(std::shared_ptr<M> module) {
+JitFunction jit(std::shared_ptr<M> module, JitOptions options = {}) {
   std::vector<Tensor> params;
   std::vector<std::string> names;
   for (auto& [name, p] : module->named_parameters()) {
@@ -86,7 +122,7 @@ JitFunction jit(std::shared_ptr<M> module) {
     names.push_back(proxy_name_for(name));
   }
   return JitFunction([module](const std::vector<Tensor>& in) { return std::vector<Tensor>{module->forward(in.at(0))}; },
-                     {"input"}, params, names, [module] { return module->is_training(); });
+                     {"input"}, params, names, [module] { return module->is_training(); }, std::move(options));
 }
 
 inline const std::vector<Trace>& last_traces(const JitFunction& f) { return f.last_traces(); }

@@ -10,6 +10,13 @@ namespace volt::jit {
 
 namespace {
 
+bool draws_random(const BoundSymbol& b) {
+  if (op_info(b.call.op).kind == OpKind::Random) return true;
+  for (const BoundSymbol& s : b.subsymbols)
+    if (draws_random(s)) return true;
+  return false;
+}
+
 // A structural key for CSE: op, argument ids or scalar values, attributes.
 std::string cse_key(const OpCall& c) {
   std::ostringstream os;
@@ -22,7 +29,7 @@ std::string cse_key(const OpCall& c) {
   os << ")[";
   for (int64_t i : a.ints) os << i << ",";
   os << "]" << python_float_repr(a.a) << "," << python_float_repr(a.b) << "," << static_cast<int>(a.dtype)
-     << "," << a.device.str() << "," << a.flag;
+     << "," << a.device.str() << "," << a.flag << "," << a.custom;
   return os.str();
 }
 
@@ -44,11 +51,12 @@ Trace dce_cse_pass(const Trace& t) {
   std::unordered_map<int64_t, Tensor> replace;
   std::map<std::string, std::vector<Tensor>> seen;
   std::vector<BoundSymbol> kept;
-  for (BoundSymbol b : flatten_to_prims(t.bsyms)) {
-    for (Value& v : b.call.args)
-      if (v.is_tensor && v.tensor.defined())
-        if (auto it = replace.find(id_of(v.tensor)); it != replace.end()) v.tensor = it->second;
-    if (op_info(b.call.op).kind != OpKind::Random) {
+  for (const BoundSymbol& orig : t.bsyms) {
+    std::vector<BoundSymbol> one{orig};
+    substitute(one, replace);
+    BoundSymbol& b = one[0];
+    // Random draws are never merged: two draws are two different tensors.
+    if (!draws_random(b)) {
       std::string key = cse_key(b.call);
       if (auto it = seen.find(key); it != seen.end()) {
         for (size_t i = 0; i < b.outputs.size(); ++i) replace[id_of(b.outputs[i])] = it->second[i];
@@ -69,8 +77,7 @@ Trace dce_cse_pass(const Trace& t) {
     bool needed = false;
     for (const Tensor& o : it->outputs) needed |= live.count(id_of(o)) > 0;
     if (!needed) continue;
-    for (const Value& v : it->call.args)
-      if (v.is_tensor && v.tensor.defined()) live.insert(id_of(v.tensor));
+    for (const Tensor& a : tensor_args(*it)) live.insert(id_of(a));
     out.push_back(*it);
   }
   r.bsyms.assign(out.rbegin(), out.rend());

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "tensor/custom_op.h"
+
 namespace volt::jit {
 
 std::string ProxyNames::name(const Tensor& t) const {
@@ -16,7 +18,11 @@ Tensor ProxyNames::make(const TensorMeta& m, const void* owner, std::string name
   Tensor p = Tensor::proxy(m.sizes, m.dtype, m.device);
   p.impl()->proxy_id = static_cast<int64_t>(names_.size());
   p.impl()->proxy_owner = owner;
-  names_.push_back(name.empty() ? "t" + std::to_string(next_++) : std::move(name));
+  if (name.empty()) {
+    name = "t";
+    name += std::to_string(next_++);
+  }
+  names_.push_back(std::move(name));
   return p;
 }
 
@@ -35,7 +41,7 @@ std::string type_comment(const ProxyNames& names, const Tensor& t) {
 // "prims.gt(t0, 0.0)" or "linear(input, _0_weight, _0_bias)"
 std::string call_str(const ProxyNames& names, const OpCall& c, bool prim_prefix) {
   std::ostringstream os;
-  os << (prim_prefix ? "prims." : "") << op_name(c.op) << "(";
+  os << (prim_prefix ? "prims." : "") << op_name(c) << "(";
   const Attrs& at = c.attrs;
   bool first = true;
   auto sep = [&] {
@@ -95,7 +101,7 @@ void print_bsym(std::ostream& os, const ProxyNames& names, const BoundSymbol& b,
     os << ")\n";
     for (const BoundSymbol& s : b.subsymbols) print_bsym(os, names, s, depth + 1);
   } else {
-  bool as_prim = is_prim(b.call.op) && b.subsymbols.empty();
+  bool as_prim = b.call.op != OpId::custom && is_prim(b.call.op) && b.subsymbols.empty();
   os << indent << (depth > 0 ? "# " : "") << outputs_str(names, b.outputs) << " = "
      << call_str(names, b.call, as_prim);
   if (!b.outputs.empty()) os << "  # " << type_comment(names, b.outputs[0]);
@@ -107,6 +113,12 @@ void print_bsym(std::ostream& os, const ProxyNames& names, const BoundSymbol& b,
     for (size_t i = 0; i < b.del_after.size(); ++i) os << (i ? ", " : "") << names.name(b.del_after[i]);
     os << "]\n";
   }
+}
+
+std::string names_list(const ProxyNames& names, const std::vector<Tensor>& ts, size_t from, size_t to) {
+  std::string r;
+  for (size_t i = from; i < to; ++i) r += (i > from ? ", " : "") + names.name(ts[i]);
+  return r;
 }
 
 }  // namespace
@@ -123,12 +135,29 @@ std::string Trace::str() const {
   std::ostringstream os;
   os << "# Constructed by " << provenance << " (took " << static_cast<long long>(millis)
      << " milliseconds)\n";
-  os << "def " << name << "(";
-  for (size_t i = 0; i < inputs.size(); ++i) os << (i ? ", " : "") << names->name(inputs[i]);
-  os << "):\n";
+  if (kind == Kind::Backward) {
+    // Saved values and cotangents arrive as two collections, unpacked first.
+    os << "def " << name << "(saved_for_backward, cotangents):\n"
+       << "  # saved_for_backward: \"Collection\"\n  # cotangents: \"Collection\"\n"
+       << "  C0, = saved_for_backward\n"
+       << "  " << names_list(*names, inputs, split, inputs.size()) << ", = cotangents\n";
+    if (split > 0) os << "  " << names_list(*names, inputs, 0, split) << ", = C0\n";
+  } else {
+    os << "def " << name << "(" << names_list(*names, inputs, 0, inputs.size()) << "):\n";
+  }
   for (const Tensor& t : inputs) os << "  # " << type_comment(*names, t) << "\n";
+  for (const Guard& g : guards)
+    os << "  # guard: " << names->name(g.value) << ".item() == " << python_float_repr(g.expected)
+       << " (other values trace again)\n";
   for (const BoundSymbol& b : bsyms) print_bsym(os, *names, b, 0);
-  os << "  return " << outputs_str(*names, outputs) << "\n";
+  if (kind == Kind::AugmentedForward) {
+    std::string out = names_list(*names, outputs, 0, split);
+    os << "  return {'output': " << out << ", 'flat_args': [" << names_list(*names, inputs, 0, inputs.size())
+       << "], 'flat_output': (" << out << ",)}, ((" << names_list(*names, outputs, split, outputs.size())
+       << "), ())\n";
+  } else {
+    os << "  return " << outputs_str(*names, outputs) << "\n";
+  }
   return os.str();
 }
 
@@ -145,6 +174,33 @@ std::vector<BoundSymbol> flatten_to_prims(const std::vector<BoundSymbol>& bsyms)
     }
   }
   return out;
+}
+
+}  // namespace volt::jit
+
+namespace volt::jit {
+
+void substitute(std::vector<BoundSymbol>& bsyms, const std::unordered_map<int64_t, Tensor>& by_id) {
+  auto fix = [&](Tensor& t) {
+    if (!t.defined()) return;
+    if (auto it = by_id.find(id_of(t)); it != by_id.end()) t = it->second;
+  };
+  for (BoundSymbol& b : bsyms) {
+    for (Value& v : b.call.args)
+      if (v.is_tensor) fix(v.tensor);
+    for (Tensor& t : b.outputs) fix(t);
+    for (Tensor& t : b.fusion_inputs) fix(t);
+    for (Tensor& t : b.del_after) fix(t);
+    substitute(b.subsymbols, by_id);
+  }
+}
+
+std::vector<Tensor> tensor_args(const BoundSymbol& b) {
+  if (!b.fusion_name.empty()) return b.fusion_inputs;
+  std::vector<Tensor> r;
+  for (const Value& v : b.call.args)
+    if (v.is_tensor && v.tensor.defined()) r.push_back(v.tensor);
+  return r;
 }
 
 }  // namespace volt::jit

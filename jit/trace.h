@@ -13,6 +13,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tensor/dispatch.h"
@@ -22,6 +23,7 @@ namespace volt::jit {
 // One recorded op.  Arguments and outputs are proxy tensors (Tensor::proxy),
 // identified by their proxy_id; scalars stay scalars.
 struct FusedKernel;  // jit/fusion.h
+class Executor;      // jit/executor.h
 
 struct BoundSymbol {
   OpCall call;
@@ -35,7 +37,18 @@ struct BoundSymbol {
   std::shared_ptr<FusedKernel> kernel;
 
   std::vector<Tensor> del_after;  // values last used here (the delete-last-used pass)
+  const Executor* executor = nullptr;  // who runs it (the claim pass)
 };
+
+// A value read while tracing (item(), a bool): the trace is valid only while
+// that value stays the same.  `bsyms` compute it from the trace's inputs.
+struct Guard {
+  std::vector<BoundSymbol> bsyms;
+  Tensor value;     // the proxy whose value was read
+  double expected;  // what it was when the trace was made
+};
+
+struct Program;  // a trace prepared for repeated runs (jit/tracer.cpp)
 
 struct Trace {
   std::string name = "computation";
@@ -45,6 +58,17 @@ struct Trace {
   std::vector<BoundSymbol> bsyms;
   std::vector<Tensor> outputs;
   uint64_t rng_total = 0;  // Philox counters the program draws per call
+  std::vector<Guard> guards;
+
+  // How the signature prints.  Plain: def computation(inputs).  Augmented
+  // forward: the first `split` outputs are the results, the rest saved for
+  // backward.  Backward: the first `split` inputs are the saved values, the
+  // rest the cotangents.
+  enum class Kind { Plain, AugmentedForward, Backward };
+  Kind kind = Kind::Plain;
+  size_t split = 0;
+
+  std::shared_ptr<const Program> program;  // built on first run
 
   std::string str() const;
 };
@@ -67,5 +91,12 @@ inline int64_t id_of(const Tensor& t) { return t.impl()->proxy_id; }
 
 // Flattens each bound symbol to the prims it stands for.
 std::vector<BoundSymbol> flatten_to_prims(const std::vector<BoundSymbol>& bsyms);
+
+// Replaces proxies by id everywhere in the bound symbols (arguments, outputs,
+// fusion inputs and outputs, subsymbols).
+void substitute(std::vector<BoundSymbol>& bsyms, const std::unordered_map<int64_t, Tensor>& by_id);
+
+// The tensor arguments of a bound symbol (a fusion's inputs for a fusion).
+std::vector<Tensor> tensor_args(const BoundSymbol& b);
 
 }  // namespace volt::jit

@@ -1,8 +1,11 @@
 #include "jit/tracer.h"
 
+#include <algorithm>
 #include <unordered_map>
 
+#include "jit/executor.h"
 #include "jit/fusion.h"
+#include "jit/passes.h"
 #include "tensor/random.h"
 
 namespace volt::jit {
@@ -11,8 +14,12 @@ namespace {
 
 class Tracer final : public DispatchMode {
  public:
-  Tracer(ProxyNames& names, std::unordered_map<const TensorImpl*, Tensor> substitutes)
-      : names_(names), substitutes_(std::move(substitutes)) {
+  Tracer(ProxyNames& names, std::unordered_map<const TensorImpl*, Tensor> substitutes,
+         std::vector<Tensor> proxies = {}, std::vector<Tensor> values = {})
+      : names_(names),
+        substitutes_(std::move(substitutes)),
+        proxies_(std::move(proxies)),
+        values_(std::move(values)) {
     scopes_.push_back(&top_);
   }
 
@@ -25,7 +32,7 @@ class Tracer final : public DispatchMode {
                                         << v.tensor.meta_str()
                                         << "); pass it as an argument instead of capturing it");
     }
-    if (!is_prim(call.op)) {
+    if (!is_prim(call)) {
       BoundSymbol b;
       b.call = call;
       scopes_.push_back(&b.subsymbols);
@@ -58,20 +65,45 @@ class Tracer final : public DispatchMode {
     return outs;
   }
 
+  // Reading a value while tracing: compute it from the real inputs with the ops
+  // recorded so far, and record a guard, so that other values trace again.
   double item(const Tensor& t) override {
-    VOLT_FAIL("item", "reading the value of traced tensor " << names_.name(t) << " ("
-                                                            << t.meta_str()
-                                                            << ") is not supported by this tracer");
+    VOLT_CHECK(!values_.empty(), "item",
+               "reading the value of traced tensor " << names_.name(t) << " (" << t.meta_str()
+                                                     << ") is not possible here: no input values are known");
+    Trace partial;
+    partial.inputs = proxies_;
+    partial.bsyms = flatten_to_prims(top_);
+    for (size_t i = 1; i < scopes_.size(); ++i) {
+      std::vector<BoundSymbol> open = flatten_to_prims(*scopes_[i]);
+      partial.bsyms.insert(partial.bsyms.end(), open.begin(), open.end());
+    }
+    partial.outputs = {t};
+    partial = dce_cse_pass(partial);
+    for (const BoundSymbol& b : partial.bsyms)
+      VOLT_CHECK(op_info(b.call.op).kind != OpKind::Random, "item",
+                 "the value of " << names_.name(t) << " depends on random numbers; a trace cannot branch on it");
+    double v;
+    {
+      ModeGuard eager(nullptr);
+      NoGradGuard no_grad;
+      v = interpret(partial, values_).at(0).item_double();
+    }
+    guards_.push_back(Guard{partial.bsyms, t, v});
+    return v;
   }
 
+  std::vector<Guard> take_guards() { return std::move(guards_); }
   std::vector<BoundSymbol> take() { return std::move(top_); }
   uint64_t rng_total() const { return rng_total_; }
 
  private:
   ProxyNames& names_;
   std::unordered_map<const TensorImpl*, Tensor> substitutes_;
+  std::vector<Tensor> proxies_, values_;  // the trace's inputs and their real values
   std::vector<BoundSymbol> top_;
   std::vector<std::vector<BoundSymbol>*> scopes_;
+  std::vector<Guard> guards_;
   uint64_t rng_total_ = 0;
 };
 
@@ -98,7 +130,10 @@ TraceResult trace_function(const std::function<std::vector<Tensor>(const std::ve
                              i < names.size() ? names[i] : "t_" + std::to_string(i));
     proxies.push_back(p);
   }
-  Tracer tracer(*r.names, std::move(substitutes));
+  std::vector<Tensor> all_proxies = captured_proxies, all_values = captured;
+  all_proxies.insert(all_proxies.end(), proxies.begin(), proxies.end());
+  all_values.insert(all_values.end(), inputs.begin(), inputs.end());
+  Tracer tracer(*r.names, std::move(substitutes), all_proxies, all_values);
   std::vector<Tensor> outs;
   {
     ModeGuard guard(&tracer);
@@ -109,90 +144,123 @@ TraceResult trace_function(const std::function<std::vector<Tensor>(const std::ve
   r.trace.bsyms = tracer.take();
   r.trace.outputs = outs;
   r.trace.rng_total = tracer.rng_total();
+  r.trace.guards = tracer.take_guards();
   r.trace.provenance = "tracing";
   return r;
 }
 
+// A trace prepared for repeated runs: each step is one executor call, values
+// live in a vector indexed by proxy id.
+struct Program {
+  enum class Kind { Prim, Fusion, Operator };
+  struct Step {
+    Kind kind;
+    BoundSymbol b;
+    std::vector<int64_t> args, outs, del;  // proxy ids
+  };
+  std::vector<Step> steps;
+  std::vector<int64_t> inputs, outputs;
+  size_t slots = 0;
+};
+
 namespace {
 
-// One prim on the eager executor, its random draws placed at the program's counters.
-template <class Lookup>
-void run_one_prim(const BoundSymbol& b, std::unordered_map<int64_t, Tensor>& regs, Lookup& lookup,
-                  const PhiloxState& rng) {
-  OpCall c = b.call;
-  for (Value& v : c.args)
-    if (v.is_tensor && v.tensor.defined()) v.tensor = lookup(v.tensor);
-  if (op_info(c.op).kind == OpKind::Random) {
-    c.attrs.seed = rng.seed;
-    c.attrs.offset += rng.offset;
+std::shared_ptr<const Program> build_program(const Trace& t) {
+  auto p = std::make_shared<Program>();
+  int64_t max_id = -1;
+  auto note = [&](const Tensor& x) {
+    max_id = std::max(max_id, id_of(x));
+    return id_of(x);
+  };
+  for (const Tensor& x : t.inputs) p->inputs.push_back(note(x));
+  auto add = [&](Program::Kind kind, const BoundSymbol& b) {
+    Program::Step s{kind, b, {}, {}, {}};
+    for (const Tensor& a : tensor_args(b)) s.args.push_back(note(a));
+    for (const Tensor& o : b.outputs) s.outs.push_back(note(o));
+    p->steps.push_back(std::move(s));
+  };
+  for (const BoundSymbol& b : t.bsyms) {
+    if (!b.fusion_name.empty() && b.kernel && (b.kernel->fn || !dynamic_cast<const CpuFusionExecutor*>(b.executor))) {
+      add(Program::Kind::Fusion, b);
+    } else if (dynamic_cast<const OperatorExecutor*>(b.executor)) {
+      add(Program::Kind::Operator, b);
+    } else {
+      for (const BoundSymbol& prim : flatten_to_prims(b.fusion_name.empty() ? std::vector<BoundSymbol>{b} : b.subsymbols))
+        add(Program::Kind::Prim, prim);
+    }
+    for (const Tensor& d : b.del_after) p->steps.back().del.push_back(note(d));
   }
-  std::vector<Tensor> outs = run_eager(c);
-  for (size_t i = 0; i < outs.size(); ++i) regs[b.outputs[i].impl()->proxy_id] = outs[i];
-}
-
-// One fused region: its generated kernel over contiguous buffers, or its prims
-// one by one when no kernel could be built.
-template <class Lookup>
-void run_fusion(const BoundSymbol& f, std::unordered_map<int64_t, Tensor>& regs, Lookup& lookup,
-                const PhiloxState& rng) {
-  if (!f.kernel || !f.kernel->fn) {
-    for (const BoundSymbol& p : f.subsymbols) run_one_prim(p, regs, lookup, rng);
-    return;
-  }
-  std::vector<Tensor> keep;
-  std::vector<void*> ptrs;
-  for (const Tensor& in : f.fusion_inputs) {
-    Tensor x = lookup(in);
-    VOLT_CHECK(x.device().is_cpu(), f.fusion_name, "expected CPU tensors, got " << x.meta_str());
-    if (!x.is_contiguous()) x = x.contiguous();
-    keep.push_back(x);
-    ptrs.push_back(x.raw_data());
-  }
-  std::vector<Tensor> outs;
-  for (const Tensor& o : f.outputs) {
-    outs.push_back(Tensor::empty(o.sizes(), o.dtype(), o.device()));
-    ptrs.push_back(outs.back().raw_data());
-  }
-  long long n = static_cast<long long>(f.subsymbols.front().outputs.front().numel());
-  f.kernel->fn(n, ptrs.data(), rng.seed, rng.offset);
-  for (size_t i = 0; i < outs.size(); ++i) regs[f.outputs[i].impl()->proxy_id] = outs[i];
+  for (const Tensor& o : t.outputs) p->outputs.push_back(note(o));
+  p->slots = static_cast<size_t>(max_id + 1);
+  return p;
 }
 
 }  // namespace
 
-std::vector<BoundSymbol> record(ProxyNames& names, const std::function<void()>& fn) {
+void prepare(Trace& t) { t.program = build_program(t); }
+
+std::vector<BoundSymbol> record(ProxyNames& names, const std::function<void()>& fn, bool flatten) {
   Tracer tracer(names, {});
   {
     ModeGuard guard(&tracer);
     fn();
   }
-  return flatten_to_prims(tracer.take());
+  return flatten ? flatten_to_prims(tracer.take()) : tracer.take();
 }
 
 std::vector<Tensor> interpret(const Trace& trace, const std::vector<Tensor>& inputs,
                               const PhiloxState* rng_in, PhiloxState* rng_used) {
   VOLT_CHECK(inputs.size() == trace.inputs.size(), trace.name,
              "expected " << trace.inputs.size() << " inputs, got " << inputs.size());
-  std::unordered_map<int64_t, Tensor> regs;
-  for (size_t i = 0; i < inputs.size(); ++i) regs[trace.inputs[i].impl()->proxy_id] = inputs[i];
+  std::shared_ptr<const Program> prog = trace.program ? trace.program : build_program(trace);
+  std::vector<Tensor> regs(prog->slots);
+  for (size_t i = 0; i < inputs.size(); ++i) regs[static_cast<size_t>(prog->inputs[i])] = inputs[i];
   PhiloxState rng = rng_in ? *rng_in : trace.rng_total ? rng_reserve(trace.rng_total) : PhiloxState{};
   if (rng_used) *rng_used = rng;
-  auto lookup = [&](const Tensor& p) -> const Tensor& {
-    auto it = regs.find(p.impl()->proxy_id);
-    VOLT_CHECK(it != regs.end(), trace.name, "value used before it was computed");
-    return it->second;
-  };
-  for (const BoundSymbol& b : flatten_to_prims(trace.bsyms)) {
-    if (!b.fusion_name.empty()) {
-      run_fusion(b, regs, lookup, rng);
-      for (const Tensor& d : b.del_after) regs.erase(d.impl()->proxy_id);
-      continue;
+  std::vector<Tensor> args;
+  for (const Program::Step& s : prog->steps) {
+    args.clear();
+    for (int64_t id : s.args) {
+      VOLT_CHECK(regs[static_cast<size_t>(id)].defined(), trace.name, "value used before it was computed");
+      args.push_back(regs[static_cast<size_t>(id)]);
     }
-    run_one_prim(b, regs, lookup, rng);
-    for (const Tensor& d : b.del_after) regs.erase(d.impl()->proxy_id);
+    std::vector<Tensor> outs;
+    if (s.kind == Program::Kind::Fusion) {
+      outs = static_cast<const FusionExecutor*>(s.b.executor)->run(s.b, args, rng);
+    } else {
+      OpCall c = s.b.call;
+      size_t k = 0;
+      for (Value& v : c.args)
+        if (v.is_tensor && v.tensor.defined()) v.tensor = args[k++];
+      if (op_info(c.op).kind == OpKind::Random) {
+        c.attrs.seed = rng.seed;
+        c.attrs.offset += rng.offset;
+      }
+      if (s.kind == Program::Kind::Operator) {
+        const auto* ex = static_cast<const OperatorExecutor*>(s.b.executor);
+        outs = ex->run(c);
+        VOLT_CHECK(outs.size() == s.outs.size(), ex->name(),
+                   op_name(c) << " returned " << outs.size() << " tensors, its trace expects " << s.outs.size());
+        for (size_t i = 0; i < outs.size(); ++i) {
+          const Tensor& want = s.b.outputs[i];
+          VOLT_CHECK(outs[i].defined() && outs[i].sizes() == want.sizes() && outs[i].dtype() == want.dtype(),
+                     ex->name(), op_name(c) << " output " << i << " is "
+                                    << (outs[i].defined() ? outs[i].meta_str() : std::string("undefined"))
+                                    << " but its like-function says " << want.meta_str());
+        }
+      } else {
+        outs = run_eager(c);
+      }
+    }
+    for (size_t i = 0; i < s.outs.size() && i < outs.size(); ++i) regs[static_cast<size_t>(s.outs[i])] = outs[i];
+    for (int64_t id : s.del) regs[static_cast<size_t>(id)] = Tensor();
   }
   std::vector<Tensor> results;
-  for (const Tensor& o : trace.outputs) results.push_back(lookup(o));
+  results.reserve(prog->outputs.size());
+  for (int64_t id : prog->outputs) {
+    VOLT_CHECK(regs[static_cast<size_t>(id)].defined(), trace.name, "output was never computed");
+    results.push_back(regs[static_cast<size_t>(id)]);
+  }
   return results;
 }
 

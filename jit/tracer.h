@@ -24,12 +24,17 @@ TraceResult trace_function(const std::function<std::vector<Tensor>(const std::ve
                            const std::vector<Tensor>& captured = {},
                            const std::vector<std::string>& captured_names = {});
 
-// Records what fn does to existing proxies of `names` (flat prims, in order).
-std::vector<BoundSymbol> record(ProxyNames& names, const std::function<void()>& fn);
+// Records what fn does to existing proxies of `names`: flat prims in order, or
+// with flatten=false the ops as called, their decompositions as subsymbols.
+std::vector<BoundSymbol> record(ProxyNames& names, const std::function<void()>& fn, bool flatten = true);
 
-// Runs a trace's prims eagerly on real tensors (the eager executor).  Random
+// Runs a trace on real tensors, each bound symbol on its executor (prims
+// nobody claimed on the eager executor).  Random
 // draws use `rng` when given (backward regenerating forward's draws), else
 // counters reserved from the global generator; `rng_used` reports which.
+// Readies a trace for repeated runs (interpret does it on the fly otherwise).
+void prepare(Trace& trace);
+
 std::vector<Tensor> interpret(const Trace& trace, const std::vector<Tensor>& inputs,
                               const PhiloxState* rng = nullptr, PhiloxState* rng_used = nullptr);
 

@@ -3,6 +3,7 @@
 // bound symbol and these prims as its decomposition.
 #include <cmath>
 
+#include "tensor/custom_op.h"
 #include "tensor/ops.h"
 
 namespace volt {
@@ -20,6 +21,11 @@ int64_t reduced_count(const Tensor& a, const std::vector<int64_t>& dims) {
 }  // namespace
 
 std::vector<Tensor> decompose(const OpCall& call) {
+  if (call.op == OpId::custom) {
+    const CustomOpDef& def = custom_op(call.attrs.custom);
+    VOLT_CHECK(def.decomposition, def.name, "is a prim and has no decomposition");
+    return def.decomposition(call.args);
+  }
   const Tensor& a = call.args.at(0).tensor;
   const Attrs& at = call.attrs;
   switch (call.op) {

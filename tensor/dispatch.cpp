@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "tensor/backend.h"
+#include "tensor/custom_op.h"
 
 namespace volt {
 
@@ -13,7 +14,18 @@ thread_local bool g_grad_enabled = true;
 GradHook g_grad_hook = nullptr;
 std::array<Backend*, 3> g_backends{};
 std::array<ItemResolver, 3> g_item_resolvers{};
+LazyHandler g_lazy_handler = nullptr;
 }  // namespace
+
+void set_lazy_handler(LazyHandler fn) { g_lazy_handler = fn; }
+
+// Whether a call reads a lazy tensor or makes one (a factory on the lazy device).
+static bool on_lazy(const OpCall& call) {
+  if (call.attrs.device.is_lazy()) return true;
+  for (const Value& v : call.args)
+    if (v.is_tensor && v.tensor.defined() && v.tensor.device().is_lazy()) return true;
+  return false;
+}
 
 DispatchMode* current_mode() { return g_mode; }
 ModeGuard::ModeGuard(DispatchMode* mode) : prev_(g_mode) { g_mode = mode; }
@@ -111,7 +123,29 @@ static Tensor make_view(const OpCall& call, const TensorMeta& m) {
   return make_tensor(in.storage, m.sizes, std::move(strides), offset, m.dtype, m.device);
 }
 
+// A custom op's own kernel, its outputs checked against its metadata.
+static std::vector<Tensor> run_custom(const OpCall& call) {
+  if (g_lazy_handler && on_lazy(call)) return g_lazy_handler(call);
+  const CustomOpDef& def = custom_op(call.attrs.custom);
+  VOLT_CHECK(def.kernel, def.name, "has no kernel to run it");
+  std::vector<Tensor> outs = def.kernel(call.args);
+  if (def.meta) {
+    std::vector<TensorMeta> metas = def.meta(call.args);
+    VOLT_CHECK(metas.size() == outs.size(), def.name,
+               "its kernel returned " << outs.size() << " tensors, its metadata says " << metas.size());
+    for (size_t i = 0; i < outs.size(); ++i)
+      VOLT_CHECK(outs[i].defined() && outs[i].sizes() == metas[i].sizes && outs[i].dtype() == metas[i].dtype,
+                 def.name, "output " << i << " of its kernel is "
+                                     << (outs[i].defined() ? outs[i].meta_str() : std::string("undefined"))
+                                     << ", its metadata says " << dtype_name(metas[i].dtype)
+                                     << shape_str(metas[i].sizes));
+  }
+  return outs;
+}
+
 std::vector<Tensor> run_prim(const OpCall& call) {
+  if (call.op == OpId::custom) return run_custom(call);
+  if (g_lazy_handler && on_lazy(call)) return g_lazy_handler(call);
   std::vector<TensorMeta> metas = infer_meta(call);
   std::vector<Tensor> outs;
   if (op_info(call.op).kind == OpKind::View && metas[0].device.type != DeviceType::Lazy) {
@@ -135,6 +169,15 @@ std::vector<Tensor> run_prim(const OpCall& call) {
 }
 
 std::vector<Tensor> run_eager(const OpCall& call) {
+  if (call.op == OpId::custom) {
+    // A composite with a kernel runs the kernel unless a gradient is needed:
+    // its decomposition is what autograd can differentiate.
+    const CustomOpDef& def = custom_op(call.attrs.custom);
+    if (def.decomposition && (!def.kernel || needs_grad(call))) return decompose(call);
+    std::vector<Tensor> outs = run_custom(call);
+    if (needs_grad(call)) g_grad_hook(call, outs);
+    return outs;
+  }
   if (!is_prim(call.op)) return decompose(call);
   std::vector<Tensor> outs = run_prim(call);
   if (needs_grad(call)) g_grad_hook(call, outs);

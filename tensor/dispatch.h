@@ -39,6 +39,7 @@ struct Attrs {
   bool flag = false;          // reductions: keepdim; dropout: training
   uint64_t seed = 0, offset = 0;  // uniform: Philox key and first counter
   int64_t rng_slot = -1;          // uniform under a tracer: which draw of the program
+  int64_t custom = -1;            // custom: which registered op (tensor/custom_op.h)
 };
 
 struct OpCall {
@@ -97,6 +98,12 @@ class NoGradGuard {
  private:
   bool prev_;
 };
+
+// The lazy device's recorder (installed by jit/lazy.cpp): a prim that reads or
+// makes a lazy tensor is handed to it, and it returns lazy outputs, instead of
+// a backend running it.  The grad hook still runs after it.
+using LazyHandler = std::vector<Tensor> (*)(const OpCall& call);
+void set_lazy_handler(LazyHandler fn);
 
 using GradHook = void (*)(const OpCall& call, std::vector<Tensor>& outputs);
 void set_grad_hook(GradHook hook);

@@ -21,6 +21,7 @@ enum class OpKind : uint8_t {
   Reduce,     // sum, amax, amin, argmax, argmin over dims
   Matmul,     // matmul, linear
   Composite,  // written as a composition of other ops
+  Custom,     // registered at run time (tensor/custom_op.h), told apart by Attrs::custom
 };
 
 //  X(name, kind, expression)
@@ -74,7 +75,8 @@ enum class OpKind : uint8_t {
   X(softmax, Composite, "")                           \
   X(log_softmax, Composite, "")                       \
   X(nll_loss, Composite, "")                          \
-  X(cross_entropy, Composite, "")
+  X(cross_entropy, Composite, "")                     \
+  X(custom, Custom, "")
 
 enum class OpId : uint8_t {
 #define VOLT_OP_ENUM(name, kind, expr) name,
@@ -91,6 +93,7 @@ struct OpInfo {
 
 const OpInfo& op_info(OpId op);
 inline const char* op_name(OpId op) { return op_info(op).name; }
+// Custom ops may be either; tensor/custom_op.h has is_prim(const OpCall&).
 inline bool is_prim(OpId op) { return op_info(op).kind != OpKind::Composite; }
 inline bool is_elementwise(OpId op) {
   OpKind k = op_info(op).kind;

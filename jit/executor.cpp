@@ -1,0 +1,248 @@
+#include "jit/executor.h"
+
+#include <algorithm>
+#include <mutex>
+#include <unordered_set>
+
+#include "jit/passes.h"
+#include "jit/tracer.h"
+
+namespace volt::jit {
+
+// ---------------------------------------------------------------- symbols
+
+std::vector<Tensor> Symbol::call(std::vector<Value> args) const {
+  VOLT_CHECK(id_ >= 0, "Symbol", "calling a symbol that was never registered");
+  return dispatch(custom_call(id_, std::move(args)));
+}
+
+const std::string& Symbol::name() const { return custom_op(id_).name; }
+
+std::string OpRef::name() const { return op == OpId::custom ? custom_op(custom).name : op_name(op); }
+
+// ---------------------------------------------------------------- operator executors
+
+Symbol OperatorExecutor::register_operator(const std::string& name, OperatorDef def) {
+  VOLT_CHECK(static_cast<bool>(def.like) != static_cast<bool>(def.meta), this->name(),
+             "register_operator(\"" << name << "\") needs exactly one of `like` and `meta`");
+  VOLT_CHECK(def.fn, this->name(), "register_operator(\"" << name << "\") needs `fn`, the implementation");
+  CustomOpDef c;
+  c.name = name;
+  c.decomposition = def.like;
+  c.meta = def.meta;
+  c.kernel = def.fn;
+  c.vjp = def.grad;
+  int64_t id = register_custom_op(std::move(c));
+  operators_.push_back(id);
+  return Symbol(id);
+}
+
+void OperatorExecutor::register_implementation(OpRef op, Implementation impl) {
+  VOLT_CHECK(impl.execution_transform || impl.grad_transform, name(),
+             "register_implementation(" << op.name() << ") needs an execution transform or a grad transform");
+  for (auto& [ref, existing] : impls_)
+    if (ref.op == op.op && ref.custom == op.custom) {
+      existing = std::move(impl);
+      return;
+    }
+  impls_.emplace_back(op, std::move(impl));
+}
+
+const OperatorExecutor::Implementation* OperatorExecutor::implementation_for(const OpCall& c) const {
+  for (const auto& [ref, impl] : impls_)
+    if (ref.matches(c)) return &impl;
+  return nullptr;
+}
+
+bool OperatorExecutor::owns(const OpCall& c) const {
+  return c.op == OpId::custom && std::find(operators_.begin(), operators_.end(), c.attrs.custom) != operators_.end();
+}
+
+std::vector<Tensor> OperatorExecutor::run(const OpCall& c) const {
+  const CustomOpDef& def = custom_op(c.attrs.custom);
+  std::vector<Tensor> outs = def.kernel(c.args);
+  return outs;
+}
+
+// ---------------------------------------------------------------- registry
+
+namespace {
+
+std::mutex g_mutex;
+std::vector<Executor*>& registry() {
+  static std::vector<Executor*> r;
+  return r;
+}
+
+class EagerExecutor final : public Executor {
+ public:
+  EagerExecutor() : Executor("eager", VOLT_VERSION) {}
+};
+
+std::vector<Executor*>& builtins() {
+  static std::vector<Executor*> b{&cpu_fusion_executor(), &eager_executor()};
+  return b;
+}
+
+}  // namespace
+
+void register_executor(Executor& ex) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (Executor* e : registry())
+    VOLT_CHECK(e == &ex || e->name() != ex.name(), "register_executor",
+               "an executor named \"" << ex.name() << "\" is already registered");
+  if (std::find(registry().begin(), registry().end(), &ex) == registry().end()) registry().push_back(&ex);
+}
+
+std::vector<Executor*> registered_executors() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::vector<Executor*> r = builtin_executors();
+  for (Executor* e : registry())
+    if (std::find(r.begin(), r.end(), e) == r.end()) r.push_back(e);
+  return r;
+}
+
+Executor& eager_executor() {
+  static EagerExecutor e;
+  return e;
+}
+
+void add_builtin_executor(Executor& ex, bool before_others) {
+  std::vector<Executor*>& b = builtins();
+  if (std::find(b.begin(), b.end(), &ex) != b.end()) return;
+  b.insert(before_others ? b.begin() : b.end() - 1, &ex);  // eager stays last
+}
+
+std::vector<Executor*> builtin_executors() { return builtins(); }
+
+std::vector<Executor*> executor_order(const std::vector<Executor*>& user) {
+  std::vector<Executor*> r;
+  for (Executor* e : user)
+    if (std::find(r.begin(), r.end(), e) == r.end()) r.push_back(e);
+  for (Executor* e : builtin_executors())
+    if (std::find(r.begin(), r.end(), e) == r.end()) r.push_back(e);
+  return r;
+}
+
+// ---------------------------------------------------------------- the claim pass
+
+namespace {
+
+bool checker_accepts(const OperatorExecutor& ex, const OperatorExecutor::Implementation& impl,
+                     const OpCall& c) {
+  if (!impl.checker) return true;
+  try {
+    return impl.checker(c.args);
+  } catch (const std::exception& e) {
+    VOLT_FAIL(ex.name(), "the checker for " << op_name(c) << " threw: " << e.what());
+  }
+}
+
+// Whether `ex` would take this bound symbol as it is.
+bool takes_whole(const Executor* ex, const BoundSymbol& b) {
+  if (auto* op = dynamic_cast<const OperatorExecutor*>(ex)) {
+    if (op->owns(b.call)) return true;
+    const auto* impl = op->implementation_for(b.call);
+    return impl && impl->execution_transform && checker_accepts(*op, *impl, b.call);
+  }
+  if (auto* fu = dynamic_cast<const FusionExecutor*>(ex)) {
+    if (b.subsymbols.empty() || b.top_level_prim) return is_prim(b.call) && fu->can_fuse(b);
+    for (const BoundSymbol& p : flatten_to_prims({b}))
+      if (!fu->can_fuse(p)) return false;
+    return true;
+  }
+  return false;
+}
+
+bool takes_some(const Executor* ex, const BoundSymbol& b) {
+  if (takes_whole(ex, b)) return true;
+  for (const BoundSymbol& s : b.subsymbols)
+    if (takes_some(ex, s)) return true;
+  return false;
+}
+
+struct Claimer {
+  ProxyNames& names;
+  const Trace& trace;
+
+  // Offers `b` to `ex`; appends what results (claimed or not) to `out`.
+  void visit(const Executor* ex, const BoundSymbol& b, std::vector<BoundSymbol>& out, int depth) {
+    if (b.executor || !takes_some(ex, b)) {
+      out.push_back(b);
+      return;
+    }
+    if (!takes_whole(ex, b)) {  // open it up: its parts may be taken
+      for (const BoundSymbol& s : b.subsymbols) visit(ex, s, out, depth);
+      return;
+    }
+    if (auto* fu = dynamic_cast<const FusionExecutor*>(ex)) {
+      for (BoundSymbol p : flatten_to_prims({b})) {
+        p.executor = fu;
+        out.push_back(std::move(p));
+      }
+      return;
+    }
+    auto* op = static_cast<const OperatorExecutor*>(ex);
+    if (op->owns(b.call)) {
+      BoundSymbol c = b;
+      c.executor = op;
+      c.top_level_prim = false;
+      out.push_back(std::move(c));
+      return;
+    }
+    VOLT_CHECK(depth < 8, op->name(),
+               "the execution transform for " << op_name(b.call) << " keeps producing ops it claims again");
+    const auto* impl = op->implementation_for(b.call);
+    std::vector<Tensor> results;
+    std::vector<BoundSymbol> made = record(
+        names, [&] { results = impl->execution_transform(b.call.args); }, /*flatten=*/false);
+    VOLT_CHECK(results.size() >= b.outputs.size(), op->name(),
+               "the execution transform for " << op_name(b.call) << " returned " << results.size()
+                                              << " tensors, the op has " << b.outputs.size());
+    std::unordered_map<int64_t, Tensor> rename;
+    for (size_t i = 0; i < b.outputs.size(); ++i) {
+      const Tensor& r = results[i];
+      const Tensor& o = b.outputs[i];
+      VOLT_CHECK(r.defined() && r.sizes() == o.sizes() && r.dtype() == o.dtype() && r.device() == o.device(),
+                 op->name(), "the execution transform for " << op_name(b.call) << " gave output " << i << " as "
+                                 << (r.defined() ? r.meta_str() : std::string("undefined")) << ", expected "
+                                 << o.meta_str());
+      rename[id_of(r)] = o;
+    }
+    substitute(made, rename);
+    // The transform's own ops go to the executors again (this one first).
+    for (const BoundSymbol& m : made) visit(ex, m, out, depth + 1);
+  }
+};
+
+}  // namespace
+
+Trace claim_pass(const Trace& t, ProxyNames& names, const std::vector<Executor*>& executors) {
+  auto t0 = Clock::now();
+  Trace r = t;
+  Claimer claimer{names, t};
+  for (const Executor* ex : executors) {
+    if (ex == &eager_executor()) break;
+    std::vector<BoundSymbol> next;
+    for (const BoundSymbol& b : r.bsyms) claimer.visit(ex, b, next, 0);
+    r.bsyms = std::move(next);
+  }
+  for (BoundSymbol& b : r.bsyms)
+    if (!b.executor) b.executor = &eager_executor();
+  r.provenance = "Transform for execution";
+  r.millis = ms_since(t0);
+  return r;
+}
+
+const OperatorExecutor::GradTransform* grad_transform_for(const OpCall& c,
+                                                           const std::vector<Executor*>& executors) {
+  for (const Executor* ex : executors) {
+    auto* op = dynamic_cast<const OperatorExecutor*>(ex);
+    if (!op) continue;
+    const auto* impl = op->implementation_for(c);
+    if (impl && impl->grad_transform && checker_accepts(*op, *impl, c)) return &impl->grad_transform;
+  }
+  return nullptr;
+}
+
+}  // namespace volt::jit
