@@ -80,15 +80,15 @@ class OperatorExecutor : public Executor {
   // `meta` declares a new prim: metadata only, no gradient unless `grad` is set.
   // `fn` computes the op on real tensors whenever this executor runs it.
   struct OperatorDef {
-    Fn like;
-    MetaFn meta;
-    Fn fn;
-    GradTransform grad;
+    Fn like{};
+    MetaFn meta{};
+    Fn fn{};
+    GradTransform grad{};
   };
   struct Implementation {
-    Checker checker;               // may this executor take the op here? (null: always)
-    Fn execution_transform;        // what to run instead, written with volt ops and symbols
-    GradTransform grad_transform;  // replaces the op's VJP in the grad pass (optional)
+    Checker checker{};               // may this executor take the op here? (null: always)
+    Fn execution_transform{};        // what to run instead, written with volt ops and symbols
+    GradTransform grad_transform{};  // replaces the op's VJP in the grad pass (optional)
   };
 
   using Executor::Executor;

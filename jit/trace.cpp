@@ -104,7 +104,7 @@ void print_bsym(std::ostream& os, const ProxyNames& names, const BoundSymbol& b,
   bool as_prim = b.call.op != OpId::custom && is_prim(b.call.op) && b.subsymbols.empty();
   os << indent << (depth > 0 ? "# " : "") << outputs_str(names, b.outputs) << " = "
      << call_str(names, b.call, as_prim);
-  if (!b.outputs.empty()) os << "  # " << type_comment(names, b.outputs[0]);
+  if (b.outputs.size() == 1) os << "  # " << type_comment(names, b.outputs[0]);
   os << "\n";
   for (const BoundSymbol& s : b.subsymbols) print_bsym(os, names, s, depth + 1);
   }
