@@ -1,8 +1,14 @@
 #include "nn/optim.h"
 
+#include <Eigen/Core>
+
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
+#include "tensor/cuda/optim.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
 
@@ -17,6 +23,17 @@ constexpr int64_t kParallelGrain = 1 << 16;
 bool host_fast_path(const Tensor& p) {
   return p.device().is_cpu() && p.has_data() && p.is_contiguous() &&
          (p.dtype() == DType::f32 || p.dtype() == DType::f64);
+}
+
+// Whether a step runs in the fused CUDA optimizer kernel (tensor/cuda/optim.h).
+bool cuda_fused_path(const Tensor& p) {
+#ifdef VOLT_WITH_CUDA
+  return p.device().is_cuda() && p.has_data() && p.is_contiguous() &&
+         (p.dtype() == DType::f32 || p.dtype() == DType::f64);
+#else
+  (void)p;
+  return false;
+#endif
 }
 
 // The gradient as a contiguous tensor of the parameter's dtype and device.
@@ -37,32 +54,74 @@ void follow_device(Tensor& state, const Tensor& p) {
 
 // ---- kernels: one pass over p, g and the state; T is float or double ----
 
-// The per-step constants, computed in double and rounded once to T, as torch
-// passes Python floats to its kernels (1 - beta2 in float would be off by 1e-5).
 template <class T>
 struct AdamScalars {
   T one_minus_beta1, beta2, one_minus_beta2, weight_decay, neg_step_size, bias_correction2_sqrt,
       eps;
 };
 
-// p, g, m, v: (n)
+// Adam works on blocks this long: the block of p, g, m and v (16 KiB in f32)
+// stays in L1 between the statements of adam_block, so each byte of the
+// parameters and their state crosses the memory bus once per step.
+constexpr int64_t kAdamBlock = 1024;
+
+// p, g, m, v: (n), n <= kAdamBlock.  Eigen's arrays vectorize sqrt and the
+// divisions (a plain loop calling std::sqrt does not, because of errno).  The
+// operations are evaluated in the order of the scalar rule, so f32 results do
+// not depend on the vector width.
 template <class T>
-void adam_kernel(T* p, const T* g, T* m, T* v, int64_t n, const AdamScalars<T>& c) {
-  const T one_minus_beta1 = c.one_minus_beta1, beta2 = c.beta2, one_minus_beta2 = c.one_minus_beta2,
-          weight_decay = c.weight_decay, neg_step_size = c.neg_step_size,
-          bias_correction2_sqrt = c.bias_correction2_sqrt, eps = c.eps;
+void adam_block(T* p, const T* g, T* m, T* v, int64_t n, const AdamScalars<T>& c) {
+  using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
+  Eigen::Map<Array> P(p, n), M(m, n), V(v, n);
+  alignas(64) T decayed[kAdamBlock];
+  if (c.weight_decay != T(0)) {
+    Eigen::Map<Array>(decayed, n) = Eigen::Map<const Array>(g, n) + c.weight_decay * P;
+    g = decayed;
+  }
+  Eigen::Map<const Array> G(g, n);
+  M += c.one_minus_beta1 * (G - M);  // m moves towards g as torch's lerp_ does it: m + w (g - m)
+  V = V * c.beta2 + (c.one_minus_beta2 * G) * G;
+  P += (c.neg_step_size * M) / (V.sqrt() / c.bias_correction2_sqrt + c.eps);
+}
+
+// One parameter's share of a step: raw pointers into p, its grad and its state.
+template <class T>
+struct AdamWork {
+  T *p, *m, *v;
+  const T* g;
+  int64_t n;
+  AdamScalars<T> c;
+};
+
+// The per-step constants, computed in double and rounded once to T, as torch
+// passes Python floats to its kernels (1 - beta2 in float would be off by 1e-5).
+template <class T>
+AdamWork<T> adam_work(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                      const AdamOptions& o, double step_size, double bias_correction2_sqrt) {
+  const AdamScalars<T> c{T(1.0 - o.beta1), T(o.beta2),           T(1.0 - o.beta2),
+                         T(o.weight_decay), T(-step_size),       T(bias_correction2_sqrt),
+                         T(o.eps)};
+  return {p.data_ptr<T>(), m.data_ptr<T>(), v.data_ptr<T>(), g.data_ptr<T>(), p.numel(), c};
+}
+
+// Runs every parameter's update as one parallel loop over blocks, so a step
+// pays for one fork/join of the threads, not one per parameter.
+template <class T>
+void adam_multi(const std::vector<AdamWork<T>>& work) {
+  std::vector<std::pair<size_t, int64_t>> blocks;  // (work item, first element)
+  int64_t total = 0;
+  for (size_t w = 0; w < work.size(); ++w) {
+    for (int64_t i = 0; i < work[w].n; i += kAdamBlock) blocks.emplace_back(w, i);
+    total += work[w].n;
+  }
+  const int64_t nb = static_cast<int64_t>(blocks.size());
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+#pragma omp parallel for schedule(static) if (total >= kParallelGrain)
 #endif
-  for (int64_t i = 0; i < n; ++i) {
-    T gi = g[i];
-    if (weight_decay != T(0)) gi += weight_decay * p[i];
-    // m moves towards g as torch's lerp_ does it: m + w (g - m)
-    const T mi = m[i] + one_minus_beta1 * (gi - m[i]);
-    const T vi = v[i] * beta2 + one_minus_beta2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] += neg_step_size * mi / (std::sqrt(vi) / bias_correction2_sqrt + eps);
+  for (int64_t b = 0; b < nb; ++b) {
+    const AdamWork<T>& w = work[blocks[b].first];
+    const int64_t i = blocks[b].second;
+    adam_block<T>(w.p + i, w.g + i, w.m + i, w.v + i, std::min(kAdamBlock, w.n - i), w.c);
   }
 }
 
@@ -108,6 +167,7 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
 void SGD::step() {
   NoGradGuard no_grad;
   const auto& o = options_;
+  std::vector<cuda::SGDSlot> cuda_slots;  // CUDA parameters: one fused launch below
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
@@ -117,6 +177,10 @@ void SGD::step() {
     const bool first = !buf.defined();
     if (o.momentum != 0 && first) buf = Tensor::zeros(p.sizes(), p.dtype(), p.device());
 
+    if (cuda_fused_path(p)) {
+      cuda_slots.push_back({p, g, o.momentum != 0 ? buf : Tensor(), first});
+      continue;
+    }
     if (host_fast_path(p)) {
       VOLT_DISPATCH_DTYPE(p.dtype(), [&] {
         if constexpr (std::is_floating_point_v<scalar_t>) {
@@ -137,6 +201,9 @@ void SGD::step() {
     }
     p.add_(g, -o.lr);
   }
+#ifdef VOLT_WITH_CUDA
+  if (!cuda_slots.empty()) cuda::fused_sgd(cuda_slots, o.lr, o.momentum, o.weight_decay);
+#endif
 }
 
 // ---- Adam ----
@@ -154,6 +221,10 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options)
 void Adam::step() {
   NoGradGuard no_grad;
   const auto& o = options_;
+  std::vector<Tensor> grads;  // keeps converted grads alive until the update ran
+  std::vector<AdamWork<float>> work_f32;
+  std::vector<AdamWork<double>> work_f64;
+  std::vector<cuda::AdamSlot> cuda_slots;  // CUDA parameters: one fused launch below
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
@@ -170,18 +241,17 @@ void Adam::step() {
     const double step_size = o.lr / (1.0 - std::pow(o.beta1, t));
     const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(o.beta2, t));
 
+    if (cuda_fused_path(p)) {
+      cuda_slots.push_back({p, g, s.m, s.v, step_size, bias_correction2_sqrt});
+      continue;
+    }
     if (host_fast_path(p)) {
-      VOLT_DISPATCH_DTYPE(p.dtype(), [&] {
-        if constexpr (std::is_floating_point_v<scalar_t>) {
-          using T = scalar_t;
-          const AdamScalars<T> c{T(1.0 - o.beta1),     T(o.beta2),
-                                 T(1.0 - o.beta2),     T(o.weight_decay),
-                                 T(-step_size),        T(bias_correction2_sqrt),
-                                 T(o.eps)};
-          adam_kernel<T>(p.data_ptr<T>(), g.data_ptr<T>(), s.m.data_ptr<T>(), s.v.data_ptr<T>(),
-                         p.numel(), c);
-        }
-      });
+      // Collected here, run below in one pass over all parameters.
+      if (p.dtype() == DType::f32)
+        work_f32.push_back(adam_work<float>(p, g, s.m, s.v, o, step_size, bias_correction2_sqrt));
+      else
+        work_f64.push_back(adam_work<double>(p, g, s.m, s.v, o, step_size, bias_correction2_sqrt));
+      grads.push_back(g);
       continue;
     }
     // Other devices: the same rule as tensor ops (temporaries included) until a
@@ -191,6 +261,11 @@ void Adam::step() {
     s.v.mul_(o.beta2).add_(g * g, 1.0 - o.beta2);
     p.add_(s.m / (volt::sqrt(s.v) / bias_correction2_sqrt + o.eps), -step_size);
   }
+  adam_multi(work_f32);
+  adam_multi(work_f64);
+#ifdef VOLT_WITH_CUDA
+  if (!cuda_slots.empty()) cuda::fused_adam(cuda_slots, o.beta1, o.beta2, o.eps, o.weight_decay);
+#endif
 }
 
 }  // namespace volt::nn
