@@ -24,6 +24,7 @@ void move_in_place(const Tensor& t, Device device) {
     impl->strides = moved.strides();
     impl->offset = moved.storage_offset();
     impl->device = device;
+    impl->backend_state = moved.impl()->backend_state;  // a lazy tensor's value lives here
   }
   if (impl->grad) move_in_place(Tensor(impl->grad), device);
 }

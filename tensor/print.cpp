@@ -121,7 +121,8 @@ std::string emit(const Tensor& t, const std::vector<double>& vals, const Shape& 
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t0) {
   if (!t0.defined()) return os << "tensor(undefined)";
-  if (!t0.has_data()) return os << "tensor(<traced " << t0.meta_str() << ">)";
+  // A lazy tensor has no data yet: to(kCPU) below runs its pending graph.
+  if (!t0.has_data() && !t0.device().is_lazy()) return os << "tensor(<traced " << t0.meta_str() << ">)";
   Tensor t = t0.to(kCPU).contiguous();
   std::vector<double> vals = t.to_vector<double>();
   bool summarize = t.numel() > kSummarizeAbove;

@@ -254,7 +254,8 @@ Tensor Tensor::to(Device d) const {
   if (d.is_lazy() || device().is_lazy()) {
     Backend* be = backend_for(DeviceType::Lazy);
     VOLT_CHECK(be != nullptr, "to", "the lazy device is not available");
-    Tensor out = empty(sizes(), dtype(), d);
+    // A lazy destination is a handle with no data; the lazy backend's copy gives it its value.
+    Tensor out = d.is_lazy() ? proxy(sizes(), dtype(), d) : empty(sizes(), dtype(), d);
     be->copy(out, *this);
     return out;
   }
@@ -272,7 +273,8 @@ Tensor Tensor::to(Device d) const {
 static void check_inplace(const Tensor& t, const char* op) {
   VOLT_CHECK(!(t.requires_grad() && t.is_leaf() && grad_enabled()), op,
              "a leaf tensor that requires grad cannot be modified in place; use NoGradGuard");
-  VOLT_CHECK(t.has_data(), op, "cannot modify a tensor without data in place");
+  // A lazy tensor has no data: writing it in place gives it a new pending value.
+  VOLT_CHECK(t.has_data() || t.device().is_lazy(), op, "cannot modify a tensor without data in place");
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {

@@ -1,0 +1,90 @@
+// The lazy device: ops on tensors of Device::lazy() record a graph instead of
+// running, and the graph runs when a value is needed.
+//
+//   auto t = volt::Tensor::ones({1}).to(volt::kLazy);
+//   auto maybe = volt::Tensor::from_vector<bool>({true}).to(volt::kLazy);
+//   auto r = maybe ? t + 2 : t;      // bool(maybe) reads a value: runs what it needs
+//   std::cout << r;                  // tensor([3.], device='lazy'): runs r's graph
+//   volt::lazy::mark_step();         // or: run every pending graph now (a training step)
+//
+// A recorded value is a node: an op, its operands (other nodes, device-data
+// leaves, scalars) and its output's shape and dtype.  Running a graph lowers
+// it to a jit Trace (jit/trace.h) and sends it through the jit's passes and
+// executors (CSE, fusion into generated kernels, delete-last-used).  The
+// compiled trace is cached under the graph's structure: ops, attributes,
+// shapes, dtypes and how values are shared, but not the data of leaves and not
+// the values of scalar operands, which are passed at run time.  A training
+// loop therefore compiles its step once, and changing the learning rate (or
+// Adam's bias correction, every step) does not recompile.
+//
+// Random draws (dropout) reserve their Philox counters from the global
+// generator when they are recorded, exactly as eager mode does, so the lazy
+// device draws the same masks as eager mode for the same seed.
+//
+// Eager autograd works on lazy tensors: backward() runs the VJP rules on lazy
+// tensors, so the backward pass lands in the same graph.  In-place ops
+// (optimizer steps, gradient accumulation) give the tensor a new pending value.
+//
+// Limits: one thread records; writing in place into a view of a lazy tensor is
+// an error (its base would not see the write); a graph's random draws must all
+// use one seed (call mark_step() before manual_seed()).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "jit/trace.h"
+#include "tensor/tensor.h"
+
+namespace volt::lazy {
+
+// Runs the pending graph of every live lazy tensor, then starts a new graph.
+void mark_step();
+// Waits for graphs the backend still runs (a no-op for the synchronous CPU backend).
+void wait_device_ops();
+// Runs the pending graphs of these tensors (one graph for all of them).
+void sync(const std::vector<Tensor>& tensors);
+
+// Where lazy graphs run: the CPU (default) or CUDA where that backend is built
+// and a GPU is present.  VOLT_LAZY_BACKEND=cpu|cuda sets it at start-up.
+void set_backend(Device device);
+Device backend();
+
+// The compiled-graph cache (least recently used graphs are dropped).
+void set_cache_size(size_t entries);  // default 1024
+size_t cache_size();
+size_t cache_entries();
+void clear_cache();
+
+// A graph with more pending nodes than this is cut and run (counted as
+// RunGraph.size_limit).  Default 100000.
+void set_graph_size_limit(size_t nodes);
+size_t graph_size_limit();
+
+// Ops that always fall back to eager execution, by op name ("argmax"); also
+// VOLT_LAZY_FORCE_FALLBACK=op1,op2.  Custom ops (tensor/custom_op.h) always do.
+void set_forced_fallback(const std::vector<std::string>& op_names);
+
+// The cache key of the graph that would compute these tensors now, hashed.
+// Tensors that already hold data hash by shape and dtype alone.
+uint64_t graph_hash(const std::vector<Tensor>& tensors);
+// The pending graph of t, lowered to a trace and printed in the trace format.
+std::string dump(const Tensor& t);
+// The traces the last compiled graph went through (lowered, CSE, fusion, ...).
+const std::vector<jit::Trace>& last_compiled_traces();
+// Whether t holds its value (true) or a pending node (false).
+bool has_value(const Tensor& t);
+
+namespace metrics {
+// Counters: CachedCompile, UncachedCompile, MarkStep, RunGraph.<reason>
+// (value_needed, mark_step, size_limit, fallback), Fallback.<op>,
+// Transfer.to_lazy, Transfer.to_host, NodesRecorded, and times in
+// microseconds: Time.sync_us (hash, lookup, compile and run), Time.compile_us,
+// Time.execute_us.
+std::vector<std::string> counter_names();  // sorted; only counters that are nonzero
+int64_t counter_value(const std::string& name);  // 0 for an unknown counter
+std::string report();  // one "name: value" line per counter
+void reset();
+}  // namespace metrics
+
+}  // namespace volt::lazy

@@ -1,0 +1,313 @@
+// The lazy device: recording, running when a value is needed, graph keys and
+// the compiled-graph cache, fallback, the size limit, and a training step that
+// matches eager mode.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "jit/lazy.h"
+#include "jit/trace.h"
+#include "jit/tracer.h"
+#include "nn/loss.h"
+#include "nn/mlp.h"
+#include "nn/optim.h"
+#include "tensor/dispatch.h"
+#include "tensor/ops.h"
+#include "tensor/random.h"
+
+using namespace volt;
+
+namespace {
+
+Tensor add_two_maybe(const Tensor& t, const Tensor& maybe) {
+  if (maybe) return t + 2.0;
+  return t;
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  REQUIRE(x.size() == y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
+  return m;
+}
+
+// Starts a test from a clean slate: nothing pending, no counters, no cached graphs.
+void fresh() {
+  lazy::mark_step();
+  lazy::clear_cache();
+  lazy::metrics::reset();
+}
+
+}  // namespace
+
+TEST_CASE("lazy: ops record instead of running, values run when needed") {
+  fresh();
+  Tensor a = Tensor::from_vector<float>({1, 2, 3}).to(kLazy);
+  CHECK(a.device() == kLazy);
+  CHECK(lazy::has_value(a));  // a transfer is data
+  Tensor b = a * 2.0 + 1.0;
+  CHECK_FALSE(lazy::has_value(b));
+  CHECK(lazy::metrics::counter_value("UncachedCompile") == 0);
+  CHECK(b.to_vector<float>() == std::vector<float>{3, 5, 7});
+  CHECK(lazy::has_value(b));
+  CHECK(lazy::metrics::counter_value("RunGraph.value_needed") == 1);
+  CHECK(lazy::metrics::counter_value("UncachedCompile") == 1);
+  CHECK(lazy::metrics::counter_value("Transfer.to_lazy") == 1);
+  CHECK(lazy::metrics::counter_value("Transfer.to_host") == 1);
+  // Printing runs the graph and names the device.
+  CHECK(to_string(a - 1.0) == "tensor([0., 1., 2.], device='lazy')");
+  // A one-element value, read by item().
+  CHECK(a.sum().item<float>() == 6.0f);
+}
+
+TEST_CASE("lazy: add_two_maybe takes the right branch for both inputs; a one-shot trace does not") {
+  fresh();
+  Tensor t = Tensor::ones({1});
+  Tensor no = Tensor::from_vector<bool>({false}), yes = Tensor::from_vector<bool>({true});
+  // Eager reference.
+  CHECK(add_two_maybe(t, no).item<float>() == 1.0f);
+  CHECK(add_two_maybe(t, yes).item<float>() == 3.0f);
+
+  // The lazy device reads `maybe` when the branch needs it.
+  Tensor tl = t.to(kLazy);
+  Tensor r_no = add_two_maybe(tl, no.to(kLazy));
+  Tensor r_yes = add_two_maybe(tl, yes.to(kLazy));
+  CHECK(r_no.to(kCPU).item<float>() == 1.0f);
+  CHECK(r_yes.to(kCPU).item<float>() == 3.0f);
+
+  // The branch condition may itself be pending: reading it runs its own graph.
+  Tensor x = Tensor::from_vector<float>({-4.0f}).to(kLazy);
+  Tensor cond_graph = x > 0.0;
+  CHECK_FALSE(lazy::has_value(cond_graph));
+  CHECK(add_two_maybe(x, cond_graph).to(kCPU).item<float>() == -4.0f);
+  Tensor y = Tensor::from_vector<float>({5.0f}).to(kLazy);
+  CHECK(add_two_maybe(y, y > 0.0).to(kCPU).item<float>() == 7.0f);
+
+  // Each branch has its own graph: t + 2 and t are different programs.
+  CHECK(lazy::graph_hash({tl + 2.0}) != lazy::graph_hash({tl}));
+
+  // A trace recorded once with maybe = false bakes that branch in.
+  Tensor maybe_input = no;
+  auto traced = jit::trace_function(
+      [&](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{maybe_input.item<bool>() ? in[0] + 2.0 : in[0]};
+      },
+      {t}, {"t"});
+  CHECK(jit::interpret(traced.trace, {t})[0].item<float>() == 1.0f);
+  maybe_input = yes;  // the trace cannot see it: still the false branch
+  CHECK(jit::interpret(traced.trace, {t})[0].item<float>() == 1.0f);
+}
+
+TEST_CASE("lazy: graph hash ignores data and scalar values, not shapes or structure") {
+  fresh();
+  auto program = [](const Tensor& x, const Tensor& w, double lr) { return (x * w - lr * x).sum({1}); };
+  Tensor x1 = Tensor::randn({4, 3}).to(kLazy), w1 = Tensor::randn({4, 3}).to(kLazy);
+  Tensor x2 = Tensor::randn({4, 3}).to(kLazy), w2 = Tensor::randn({4, 3}).to(kLazy);
+  Tensor x3 = Tensor::randn({5, 3}).to(kLazy), w3 = Tensor::randn({5, 3}).to(kLazy);
+  uint64_t h1 = lazy::graph_hash({program(x1, w1, 0.1)});
+  CHECK(lazy::graph_hash({program(x2, w2, 0.1)}) == h1);   // new data
+  CHECK(lazy::graph_hash({program(x1, w1, 0.01)}) == h1);  // new learning rate
+  CHECK(lazy::graph_hash({program(x3, w3, 0.1)}) != h1);   // new shape
+  CHECK(lazy::graph_hash({program(x1.to(DType::f64), w1.to(DType::f64), 0.1)}) != h1);  // new dtype
+  // Sharing is structure: x * x reads one input, x * w two.
+  CHECK(lazy::graph_hash({x1 * x1}) != lazy::graph_hash({x1 * w1}));
+  CHECK(lazy::graph_hash({x1 * w1}) == lazy::graph_hash({x2 * w2}));
+  // Data hashes by shape and dtype only.
+  CHECK(lazy::graph_hash({x1}) == lazy::graph_hash({w2}));
+  CHECK(lazy::graph_hash({x1}) != lazy::graph_hash({x3}));
+
+  // The same program with new values and a new scalar runs the cached graph, with the new values.
+  Tensor r1 = program(x1, w1, 0.1);
+  lazy::mark_step();
+  Tensor r2 = program(x2, w2, 0.5);
+  lazy::mark_step();
+  CHECK(lazy::metrics::counter_value("UncachedCompile") == 1);
+  CHECK(lazy::metrics::counter_value("CachedCompile") == 1);
+  Tensor want = (x2.to(kCPU) * w2.to(kCPU) - 0.5 * x2.to(kCPU)).sum({1});
+  CHECK(max_abs_diff(r2, want) < 1e-6);
+}
+
+TEST_CASE("lazy: mark_step runs every live tensor's graph once") {
+  fresh();
+  Tensor a = Tensor::full({3}, 2.0).to(kLazy);
+  Tensor b = a * a, c = b + a;  // c shares b
+  lazy::mark_step();
+  CHECK(lazy::has_value(b));
+  CHECK(lazy::has_value(c));
+  CHECK(lazy::metrics::counter_value("MarkStep") == 1);
+  CHECK(lazy::metrics::counter_value("RunGraph.mark_step") == 1);
+  CHECK(lazy::metrics::counter_value("UncachedCompile") == 1);
+  CHECK(c.to_vector<float>() == std::vector<float>{6, 6, 6});
+  // Nothing pending: mark_step counts but runs nothing.
+  lazy::mark_step();
+  CHECK(lazy::metrics::counter_value("MarkStep") == 2);
+  CHECK(lazy::metrics::counter_value("RunGraph.mark_step") == 1);
+  // In place: a gets a new pending value; b, computed from the old one, keeps its own.
+  a.add_(1.0);
+  CHECK_FALSE(lazy::has_value(a));
+  CHECK(a.to_vector<float>() == std::vector<float>{3, 3, 3});
+  CHECK(b.to_vector<float>() == std::vector<float>{4, 4, 4});
+  auto names = lazy::metrics::counter_names();
+  CHECK(std::find(names.begin(), names.end(), "MarkStep") != names.end());
+  CHECK(lazy::metrics::report().find("UncachedCompile: ") != std::string::npos);
+}
+
+TEST_CASE("lazy: ops with no lowering fall back, counted, with the right values and gradients") {
+  fresh();
+  lazy::set_forced_fallback({"argmax", "exp"});
+  Tensor x = Tensor::from_vector<float>({0.5f, -1.0f, 2.0f, 0.0f, 3.0f, 1.0f}, {2, 3});
+  Tensor xl = (x.to(kLazy) * 1.0).detach().requires_grad_();  // a pending value as input
+  Tensor am = (xl * 2.0).argmax(1);
+  CHECK(lazy::metrics::counter_value("Fallback.argmax") == 1);
+  CHECK(lazy::metrics::counter_value("RunGraph.fallback") == 1);
+  CHECK(lazy::has_value(am));  // a fallback's result is a new leaf
+  CHECK(am.to_vector<int64_t>() == std::vector<int64_t>{2, 1});
+  // Autograd goes through a fallback op: d/dx sum(exp(x) * 3) = 3 exp(x).
+  Tensor loss = (volt::exp(xl) * 3.0).sum();
+  CHECK(lazy::metrics::counter_value("Fallback.exp") == 1);
+  loss.backward();
+  Tensor want = volt::exp(x) * 3.0;
+  CHECK(max_abs_diff(xl.grad(), want) < 1e-5);
+  lazy::set_forced_fallback({});
+}
+
+TEST_CASE("lazy: a graph over the size limit is cut and run") {
+  fresh();
+  lazy::set_graph_size_limit(10);
+  Tensor a = Tensor::zeros({4}).to(kLazy);
+  for (int i = 0; i < 35; ++i) a = a + 1.0;
+  CHECK(lazy::metrics::counter_value("RunGraph.size_limit") == 3);
+  CHECK(a.to_vector<float>() == std::vector<float>(4, 35.0f));
+  lazy::set_graph_size_limit(100000);
+}
+
+TEST_CASE("lazy: the compiled-graph cache drops the least recently used graph") {
+  fresh();
+  lazy::set_cache_size(1);
+  Tensor x = Tensor::ones({3}).to(kLazy);
+  auto f = [&] { return (x + 1.0).to_vector<float>(); };
+  auto g = [&] { return (x * x).to_vector<float>(); };
+  f();
+  f();
+  CHECK(lazy::metrics::counter_value("CachedCompile") == 1);
+  g();  // evicts f's graph
+  f();
+  CHECK(lazy::metrics::counter_value("UncachedCompile") == 3);
+  CHECK(lazy::cache_entries() == 1);
+  lazy::set_cache_size(1024);
+}
+
+TEST_CASE("lazy: dump prints the pending graph in the trace format") {
+  fresh();
+  Tensor x = Tensor::ones({2, 3}).to(kLazy);
+  Tensor y = volt::relu(x * 3.0 - 1.0);
+  std::string s = lazy::dump(y);
+  CHECK(s.find("def lazy_graph(d0, s0, s1, s2, s3):") != std::string::npos);
+  CHECK(s.find("# d0: \"cpu f32[2, 3]\"") != std::string::npos);
+  CHECK(s.find("= prims.mul(d0, s0)") != std::string::npos);
+  CHECK(s.find("prims.where(") != std::string::npos);
+  CHECK_FALSE(lazy::has_value(y));  // dump does not run anything
+}
+
+TEST_CASE("lazy: writing in place into a view is an error that says why") {
+  fresh();
+  Tensor a = Tensor::zeros({2, 3}).to(kLazy);
+  Tensor row = a.select(0, 1);
+  CHECK_THROWS_WITH_AS(row.fill_(1.0), doctest::Contains("view of a lazy tensor"), Error);
+}
+
+TEST_CASE("lazy: dropout draws the same mask as eager mode for the same seed") {
+  fresh();
+  Tensor x = Tensor::ones({64, 33});
+  manual_seed(7);
+  Tensor eager = volt::dropout(x, 0.3, true);
+  manual_seed(7);
+  Tensor lazy_out = volt::dropout(x.to(kLazy), 0.3, true);
+  CHECK(max_abs_diff(lazy_out, eager) == 0.0);
+  CHECK(rng_state().offset == 64 * 33);  // the draw reserved its counters when recorded
+}
+
+TEST_CASE("lazy: an optimizer step records into the graph and lr is a runtime value") {
+  fresh();
+  for (int kind = 0; kind < 2; ++kind) {
+    lazy::clear_cache();
+    lazy::metrics::reset();
+    Tensor w0 = Tensor::randn({5, 4});
+    Tensor pe = w0.clone().requires_grad_(), pl = w0.to(kLazy).requires_grad_();
+    std::unique_ptr<nn::Optimizer> oe, ol;
+    if (kind == 0) {
+      oe = std::make_unique<nn::SGD>(std::vector<Tensor>{pe}, nn::SGDOptions{.lr = 0.1});
+      ol = std::make_unique<nn::SGD>(std::vector<Tensor>{pl}, nn::SGDOptions{.lr = 0.1});
+    } else {
+      oe = std::make_unique<nn::Adam>(std::vector<Tensor>{pe}, nn::AdamOptions{.lr = 0.05});
+      ol = std::make_unique<nn::Adam>(std::vector<Tensor>{pl}, nn::AdamOptions{.lr = 0.05});
+    }
+    for (int step = 0; step < 5; ++step) {
+      for (auto [p, o] : {std::pair{pe, oe.get()}, std::pair{pl, ol.get()}}) {
+        o->zero_grad();
+        ((p * p).sum() * (1.0 + step)).backward();  // the scale changes every step
+        o->step();
+      }
+      lazy::mark_step();
+    }
+    CAPTURE(kind);
+    CHECK(max_abs_diff(pl, pe) < 1e-6);
+    CHECK(lazy::metrics::counter_value("UncachedCompile") == 1);
+    CHECK(lazy::metrics::counter_value("CachedCompile") == 4);
+  }
+}
+
+TEST_CASE("lazy: an MLP training step matches eager mode over 20 steps, dropout included") {
+  fresh();
+  const int steps = 20;
+  std::vector<Tensor> xs, ys;
+  manual_seed(3);
+  for (int i = 0; i < steps; ++i) {
+    xs.push_back(Tensor::randn({8, 24}));
+    ys.push_back(Tensor::randint(0, 5, {8}));
+  }
+  auto make = [] {
+    manual_seed(11);
+    return std::make_shared<nn::MLP>(24, std::vector<int64_t>{32, 32, 5}, true, 0.2);
+  };
+  auto eager_net = make(), lazy_net = make();
+  lazy_net->to(kLazy);
+  nn::CrossEntropyLoss loss_fn;
+  nn::Adam eager_opt(eager_net->parameters(), {.lr = 1e-2});
+  nn::Adam lazy_opt(lazy_net->parameters(), {.lr = 1e-2});
+
+  std::vector<double> eager_losses, lazy_losses;
+  manual_seed(5);
+  for (int i = 0; i < steps; ++i) {
+    eager_opt.zero_grad();
+    Tensor loss = loss_fn((*eager_net)(xs[i]), ys[i]);
+    loss.backward();
+    eager_opt.step();
+    eager_losses.push_back(loss.item<double>());
+  }
+  manual_seed(5);
+  for (int i = 0; i < steps; ++i) {
+    lazy_opt.zero_grad();
+    Tensor loss = loss_fn((*lazy_net)(xs[i].to(kLazy)), ys[i].to(kLazy));
+    loss.backward();
+    lazy_opt.step();
+    lazy::mark_step();
+    lazy_losses.push_back(loss.item<double>());  // already computed: no new graph
+  }
+  for (int i = 0; i < steps; ++i) CHECK(std::fabs(lazy_losses[i] - eager_losses[i]) < 1e-5);
+  auto pe = eager_net->parameters(), pl = lazy_net->parameters();
+  for (size_t i = 0; i < pe.size(); ++i) CHECK(max_abs_diff(pl[i], pe[i]) < 1e-5);
+  CHECK(lazy::metrics::counter_value("UncachedCompile") == 1);
+  CHECK(lazy::metrics::counter_value("CachedCompile") == steps - 1);
+  CHECK(lazy::metrics::counter_value("RunGraph.value_needed") == 0);
+  CHECK(lazy::metrics::counter_value("MarkStep") == steps);
+}
+
+TEST_CASE("lazy: errors name what was expected") {
+  CHECK_THROWS_WITH_AS(lazy::set_backend(kLazy), doctest::Contains("expected cpu or cuda"), Error);
+  CHECK_THROWS_WITH_AS(lazy::graph_hash({Tensor::ones({2})}), doctest::Contains("expected lazy tensors"), Error);
+  Tensor a = Tensor::ones({2}).to(kLazy);
+  CHECK_THROWS_WITH_AS(a + Tensor::ones({2}), doctest::Contains("one device"), Error);
+}
