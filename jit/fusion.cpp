@@ -200,48 +200,85 @@ Trace fusion_pass(const Trace& t) {
       b.executor = &cpu_fusion_executor();
     }
   auto fuser = [](const BoundSymbol& b) { return dynamic_cast<const FusionExecutor*>(b.executor); };
-  // Where each value is used: a group output is what is used after the group.
-  std::unordered_map<int64_t, size_t> last_use;
+  std::unordered_map<int64_t, size_t> producer;  // value id -> index of the bound symbol making it
   for (size_t i = 0; i < bsyms.size(); ++i)
-    for (const BoundSymbol& p : flatten_to_prims({bsyms[i]}))
-      for (const Value& v : p.call.args)
-        if (v.is_tensor && v.tensor.defined()) last_use[id_of(v.tensor)] = i;
+    for (const Tensor& o : bsyms[i].outputs) producer[id_of(o)] = i;
+
+  // Each fusible prim joins the latest group of its executor and shape whose
+  // start all its inputs are ready by (made before the group, or inside it);
+  // else it starts a group.  So a prim separated from its group by an
+  // unrelated op (a matmul, say) still lands in the same kernel: one pass over
+  // memory instead of two (a horizontal merge).
+  struct Group {
+    size_t start;
+    const FusionExecutor* fu;
+    Shape shape;
+    std::vector<size_t> members;
+    std::unordered_set<int64_t> made;
+  };
+  std::vector<Group> groups;
+  std::vector<int> group_of(bsyms.size(), -1);
+  for (size_t i = 0; i < bsyms.size(); ++i) {
+    const FusionExecutor* fu = fuser(bsyms[i]);
+    if (!fu) continue;
+    const Shape& shape = bsyms[i].outputs[0].sizes();
+    int chosen = -1;
+    for (int g = static_cast<int>(groups.size()) - 1; g >= 0 && chosen < 0; --g) {
+      Group& G = groups[static_cast<size_t>(g)];
+      if (G.fu != fu || G.shape != shape) continue;
+      bool ready = true;
+      for (const Tensor& in : tensor_args(bsyms[i])) {
+        auto p = producer.find(id_of(in));
+        if (p != producer.end() && p->second >= G.start && !G.made.count(id_of(in))) ready = false;
+      }
+      if (ready) chosen = g;
+    }
+    if (chosen < 0) {
+      groups.push_back({i, fu, shape, {}, {}});
+      chosen = static_cast<int>(groups.size()) - 1;
+    }
+    Group& G = groups[static_cast<size_t>(chosen)];
+    G.members.push_back(i);
+    for (const Tensor& o : bsyms[i].outputs) G.made.insert(id_of(o));
+    group_of[i] = chosen;
+  }
+  // A group's outputs: what is used outside it, or returned.
   std::unordered_set<int64_t> outputs;
   for (const Tensor& o : t.outputs) outputs.insert(id_of(o));
+  std::vector<std::unordered_set<int64_t>> used_outside(groups.size());
+  for (size_t i = 0; i < bsyms.size(); ++i)
+    for (const Tensor& in : tensor_args(bsyms[i]))
+      for (size_t g = 0; g < groups.size(); ++g)
+        if (group_of[i] != static_cast<int>(g) && groups[g].made.count(id_of(in))) used_outside[g].insert(id_of(in));
 
   Trace r = t;
   r.bsyms.clear();
   std::unordered_map<const FusionExecutor*, int> count;
-  for (size_t i = 0; i < bsyms.size();) {
-    const FusionExecutor* fu = fuser(bsyms[i]);
-    if (!fu) {
-      r.bsyms.push_back(bsyms[i++]);
+  for (size_t i = 0; i < bsyms.size(); ++i) {
+    if (group_of[i] < 0) {
+      r.bsyms.push_back(bsyms[i]);
       continue;
     }
-    Shape shape = bsyms[i].outputs[0].sizes();
-    size_t j = i;
-    while (j < bsyms.size() && fuser(bsyms[j]) == fu && bsyms[j].outputs[0].sizes() == shape) ++j;
+    const size_t g = static_cast<size_t>(group_of[i]);
+    const Group& G = groups[g];
+    if (G.start != i) continue;  // emitted with its group, at the group's first member
     BoundSymbol f;
-    f.executor = fu;
-    f.fusion_name = fu->prefix() + std::to_string(count[fu]++);
+    f.executor = G.fu;
+    f.fusion_name = G.fu->prefix() + std::to_string(count[G.fu]++);
     std::unordered_set<int64_t> inside, seen_in;
-    for (size_t k = i; k < j; ++k) {
-      for (const Value& v : bsyms[k].call.args)
-        if (v.is_tensor && !inside.count(id_of(v.tensor)) && seen_in.insert(id_of(v.tensor)).second)
-          f.fusion_inputs.push_back(v.tensor);
+    for (size_t k : G.members) {
+      for (const Tensor& in : tensor_args(bsyms[k]))
+        if (!inside.count(id_of(in)) && seen_in.insert(id_of(in)).second) f.fusion_inputs.push_back(in);
       for (const Tensor& o : bsyms[k].outputs) inside.insert(id_of(o));
       BoundSymbol p = bsyms[k];
       p.executor = nullptr;
       f.subsymbols.push_back(std::move(p));
     }
-    for (size_t k = i; k < j; ++k)
-      for (const Tensor& o : bsyms[k].outputs) {
-        auto lu = last_use.find(id_of(o));
-        if (outputs.count(id_of(o)) || (lu != last_use.end() && lu->second >= j)) f.outputs.push_back(o);
-      }
-    fu->generate(f, names);
+    for (size_t k : G.members)
+      for (const Tensor& o : bsyms[k].outputs)
+        if (outputs.count(id_of(o)) || used_outside[g].count(id_of(o))) f.outputs.push_back(o);
+    G.fu->generate(f, names);
     r.bsyms.push_back(std::move(f));
-    i = j;
   }
   r.provenance = "Fusion";
   r.millis = ms_since(t0);

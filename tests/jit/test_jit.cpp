@@ -193,3 +193,32 @@ TEST_CASE("without a usable C++ compiler the fused regions run prim by prim, wit
   CHECK(max_rel_diff(got, sigmoid(mul(x, 3.0))) < 1e-7);
   CHECK(jit::compile_stats(jf).fusions == 1);
 }
+
+TEST_CASE("fusion merges elementwise work split by an unrelated op into one kernel") {
+  // exp(x) and x * 2 read the same x; the matmul between them does not touch
+  // either, so both land in one kernel that reads x once.
+  auto fn = [](const std::vector<Tensor>& in) {
+    Tensor a = add(exp(in[0]), 1.0);
+    Tensor m = matmul(in[1], in[1]);
+    Tensor b = mul(in[0], 2.0);
+    return std::vector<Tensor>{a, m, b};
+  };
+  auto jf = jit::jit(fn, {"x", "w"});
+  Tensor x = Tensor::from_vector<float>({0.5f, -1.0f, 2.0f}), w = Tensor::from_vector<float>({1, 0, 0, 1}, {2, 2});
+  std::vector<Tensor> r = jf({x, w});
+  CHECK(max_rel_diff(r[0], add(exp(x), 1.0)) < 1e-6);
+  CHECK(max_rel_diff(r[2], mul(x, 2.0)) < 1e-6);
+  CHECK(jit::compile_stats(jf).fusions == 1);
+  std::string s = final_trace(jf);
+  CHECK(s.find("= cpuFusion0(x)") != std::string::npos);
+  CHECK(s.find("cpuFusion1") == std::string::npos);
+  // A prim that needs the matmul's result cannot move before it: two kernels.
+  auto dependent = [](const std::vector<Tensor>& in) {
+    Tensor a = exp(in[0]);
+    Tensor m = matmul(in[1], in[1]);
+    return std::vector<Tensor>{a, add(m, 1.0), mul(in[0], 2.0)};
+  };
+  auto jd = jit::jit(dependent, {"x", "w"});
+  jd({Tensor::ones({2, 2}), w});
+  CHECK(final_trace(jd).find("cpuFusion1") != std::string::npos);
+}
