@@ -137,7 +137,7 @@ Device pick_device(const std::string& name) {
     usage_error(std::string("--device: ") + e.what());
   }
   if (d.is_cuda() && !have_cuda)
-    usage_error("--device " + name + ": this build has no CUDA backend (build with CUDA, or use cpu)");
+    usage_error("--device " + name + ": no CUDA backend here (a build without the toolkit, or no GPU and driver on this machine); use cpu");
   if (!d.is_cpu() && !d.is_cuda()) usage_error("--device " + name + ": use cpu or cuda");
   return d;
 }

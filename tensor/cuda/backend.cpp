@@ -39,6 +39,7 @@ struct Index {
   long long size[kMaxDims] = {};
   long long stride[4][kMaxDims] = {};
 };
+static_assert(sizeof(Index) == 328, "the prelude's volt_index has the same layout");
 
 // Strides of `t` read in the broadcast shape `shape` (0 along broadcast dims).
 void broadcast_strides(const Tensor& t, const Shape& shape, long long* out) {
@@ -215,6 +216,8 @@ class CudaBackend final : public Backend {
       DeviceGuard g(dst.device().index);
       VOLT_CUDA_CHECK(cudaMemcpyPeerAsync(d.raw_data(), dst.device().index, s.raw_data(), src.device().index, nbytes,
                                           stream(dst.device().index)));
+      // s belongs to the source device's allocator: done with it before it can be reused.
+      cuda::synchronize(dst.device().index);
       if (!d.is_same(dst)) strided_copy(dst, d);
       return;
     }

@@ -207,6 +207,8 @@ std::string adam_source(DType t) {
      << "struct volt_adam_slot_" << dtype_name(t) << " { " << T << "* p; const " << T << "* g; " << T << "* m; "
      << T << "* v; long long n; " << T << " neg_step_size; " << T << " bias_correction2_sqrt; };\n"
      << "struct volt_adam_table_" << dtype_name(t) << " { volt_adam_slot_" << dtype_name(t) << " s[24]; };\n"
+     << "static_assert(sizeof(volt_adam_table_" << dtype_name(t) << ") == " << (t == DType::f32 ? 1152 : 1344)
+     << ", \"the host's AdamTable (tensor/cuda/optim.cpp) has the same layout\");\n"
      << "extern \"C\" __global__ void " << adam_name(t) << "(volt_adam_table_" << dtype_name(t) << " table, " << T
      << " one_minus_beta1, " << T << " beta2, " << T << " one_minus_beta2, " << T << " weight_decay, " << T
      << " eps) {\n"
@@ -235,6 +237,8 @@ std::string sgd_source(DType t) {
      << "struct volt_sgd_slot_" << dtype_name(t) << " { " << T << "* p; const " << T << "* g; " << T
      << "* buf; long long n; int first_step; };\n"
      << "struct volt_sgd_table_" << dtype_name(t) << " { volt_sgd_slot_" << dtype_name(t) << " s[32]; };\n"
+     << "static_assert(sizeof(volt_sgd_table_" << dtype_name(t) << ") == 1280"
+     << ", \"the host's SgdTable (tensor/cuda/optim.cpp) has the same layout\");\n"
      << "extern \"C\" __global__ void " << sgd_name(t) << "(volt_sgd_table_" << dtype_name(t) << " table, " << T
      << " lr, " << T << " momentum, " << T << " weight_decay) {\n"
      << "  const volt_sgd_slot_" << dtype_name(t) << " s = table.s[blockIdx.y];\n"

@@ -24,6 +24,7 @@ struct volt_args {
   void* p[64];
   __device__ void* operator[](int i) const { return p[i]; }
 };
+static_assert(sizeof(volt_args) == 512, "volt_args must match volt::cuda::KernelArgs");
 #define VOLT_KERNEL(name) extern "C" __global__ void name(long long n, volt_args args, \
     unsigned long long rng_seed, unsigned long long rng_offset)
 #define VOLT_LOOP(i, n) \
@@ -36,6 +37,7 @@ struct volt_index {
   long long size[8];
   long long stride[4][8];
 };
+static_assert(sizeof(volt_index) == 328, "volt_index must match the host's Index (tensor/cuda/backend.cpp)");
 __device__ inline void volt_offsets(const volt_index& ix, long long i, long long* off, int k) {
   for (int j = 0; j < k; ++j) off[j] = 0;
   for (int d = ix.ndim - 1; d >= 0; --d) {

@@ -31,6 +31,7 @@ constexpr int kMaxKernelArgs = 64;
 struct KernelArgs {
   void* p[kMaxKernelArgs];
 };
+static_assert(sizeof(KernelArgs) == 512, "the prelude's volt_args has the same size");
 
 // Compiles to PTX for a virtual architecture ("compute_80"); throws a
 // volt::Error with NVRTC's log and the source with line numbers on failure.

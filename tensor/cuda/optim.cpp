@@ -25,6 +25,9 @@ template <class T>
 struct AdamTable {
   AdamSlotRaw<T> s[24];
 };
+// The kernels' sources assert the same sizes (tensor/cuda/kernels.cpp).
+static_assert(sizeof(AdamTable<float>) == 1152 && sizeof(AdamTable<double>) == 1344);
+
 template <class T>
 struct SgdSlotRaw {
   T* p;
@@ -37,6 +40,7 @@ template <class T>
 struct SgdTable {
   SgdSlotRaw<T> s[32];
 };
+static_assert(sizeof(SgdTable<float>) == 1280 && sizeof(SgdTable<double>) == 1280);
 
 void check_slot(const Tensor& p, const Tensor& other, const char* op, const char* what) {
   VOLT_CHECK(other.device() == p.device() && other.dtype() == p.dtype() && other.sizes() == p.sizes() &&
