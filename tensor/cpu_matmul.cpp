@@ -1,6 +1,9 @@
 // matmul and linear on the CPU with Eigen's GEMM (threaded with OpenMP).
 #include <Eigen/Core>
 
+#include <algorithm>
+#include <cmath>
+
 #include "tensor/tensor.h"
 
 namespace volt {
@@ -31,17 +34,152 @@ void with_matrix(const T* p, int64_t rows, int64_t cols, int64_t rs, int64_t cs,
   return f(packed);
 }
 
+// ---- skinny products ----
+// With few rows (a batch of 8) Eigen spends as long packing the large operand
+// into its blocked layout as multiplying, on every call.  These kernels read the
+// large operand once, in place, and keep a small tile of C in registers.  Each
+// element of C is one accumulation in a fixed order, so results do not depend
+// on the number of threads.  std::fma is an explicit fused multiply-add (the
+// build forbids implicit contraction); it vectorises like a multiply.
+
+constexpr int64_t kSkinny = 16;  // m (or k, for the rank-k update) up to this
+constexpr int kLanes = 16;       // elements per vector register tile (one 64-byte line of f32)
+
+// Above this many multiply-adds a skinny product splits its columns over threads.
+constexpr int64_t kSkinnyParallelWork = int64_t(1) << 23;
+
+// C[0:MR, 0:kLanes] (+)= A[0:MR, 0:k] B[0:k, 0:kLanes] where B rows are contiguous
+// (bcs == 1).  A may have any strides.  bias: (kLanes) or null.
+template <class T, int MR>
+void tile_b_rows(const T* a, int64_t ars, int64_t acs, const T* b, int64_t brs, int64_t k, T* c,
+                 int64_t ldc, int64_t cols, const T* bias) {
+  T acc[MR][kLanes] = {};
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const T* brow = b + kk * brs;
+    for (int i = 0; i < MR; ++i) {
+      const T aik = a[i * ars + kk * acs];
+      if (cols == kLanes) {
+#pragma omp simd
+        for (int j = 0; j < kLanes; ++j) acc[i][j] = std::fma(aik, brow[j], acc[i][j]);
+      } else {  // the last, partial tile of a row: never read past its end
+        for (int j = 0; j < cols; ++j) acc[i][j] = std::fma(aik, brow[j], acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < cols; ++j) c[i * ldc + j] = bias ? acc[i][j] + bias[j] : acc[i][j];
+}
+
+// C[0:MR, 0:NC] = A[0:MR, 0:k] B[0:k, 0:NC] where A rows and B columns are
+// contiguous (acs == 1, brs == 1): MR x NC dot products, kLanes lanes wide, summed
+// across lanes at the end.  This is linear's x W^T with W (out, in) row-major.
+template <class T, int MR, int NC>
+void tile_dots(const T* a, int64_t ars, const T* b, int64_t bcs, int64_t k, T* c, int64_t ldc,
+               const T* bias) {
+  T acc[MR][NC][kLanes] = {};
+  int64_t kk = 0;
+  for (; kk + kLanes <= k; kk += kLanes)
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NC; ++j) {
+#pragma omp simd
+        for (int l = 0; l < kLanes; ++l)
+          acc[i][j][l] = std::fma(a[i * ars + kk + l], b[j * bcs + kk + l], acc[i][j][l]);
+      }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NC; ++j) {
+      T s = 0;
+      for (int l = 0; l < kLanes; ++l) s += acc[i][j][l];
+      for (int64_t r = kk; r < k; ++r) s = std::fma(a[i * ars + r], b[j * bcs + r], s);
+      c[i * ldc + j] = bias ? s + bias[j] : s;
+    }
+}
+
+// Calls f.template operator()<R>() with R = r, for r in 1..8.
+template <class F>
+void with_rows(int64_t r, F&& f) {
+  switch (r) {
+    case 1: return f.template operator()<1>();
+    case 2: return f.template operator()<2>();
+    case 3: return f.template operator()<3>();
+    case 4: return f.template operator()<4>();
+    case 5: return f.template operator()<5>();
+    case 6: return f.template operator()<6>();
+    case 7: return f.template operator()<7>();
+    default: return f.template operator()<8>();
+  }
+}
+
+// C (m, n) row-major = A (m, k) B (k, n) (+ bias (n)) when one of the kernels above
+// fits; returns false to leave the product to Eigen.
+template <class T>
+bool skinny_matmul(const T* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const T* b, int64_t n,
+                   int64_t brs, int64_t bcs, T* c, const T* bias) {
+  const bool parallel = m * n * k >= kSkinnyParallelWork;
+  (void)parallel;
+  if (m <= kSkinny && acs == 1 && brs == 1 && bcs >= k) {
+    // Dot products: 4 rows x 4 columns of C per tile.
+    constexpr int MR = 4, NC = 4;
+    const int64_t col_tiles = (n + NC - 1) / NC;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t t = 0; t < col_tiles; ++t) {
+      const int64_t j = t * NC;
+      for (int64_t i = 0; i < m; i += MR) {
+        const T* ai = a + i * ars;
+        T* ci = c + i * n + j;
+        const T* bj = b + j * bcs;
+        const T* bias_j = bias ? bias + j : nullptr;
+        const int64_t rows = std::min<int64_t>(MR, m - i);
+        if (n - j >= NC) {
+          with_rows(rows, [&]<int R>() {
+            if constexpr (R <= MR) tile_dots<T, R, NC>(ai, ars, bj, bcs, k, ci, n, bias_j);
+          });
+        } else {
+          for (int64_t jj = 0; jj < n - j; ++jj)
+            with_rows(rows, [&]<int R>() {
+              if constexpr (R <= MR)
+                tile_dots<T, R, 1>(ai, ars, bj + jj * bcs, bcs, k, ci + jj, n, bias_j ? bias_j + jj : nullptr);
+            });
+        }
+      }
+    }
+    return true;
+  }
+  if ((m <= kSkinny || k <= kSkinny) && bcs == 1 && brs >= n) {
+    // Rank-k updates of 8 rows x kLanes columns: B is streamed row by row.
+    constexpr int MR = 8;
+    const int64_t col_tiles = (n + kLanes - 1) / kLanes;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t t = 0; t < col_tiles; ++t) {
+      const int64_t j = t * kLanes, cols = std::min<int64_t>(kLanes, n - j);
+      for (int64_t i = 0; i < m; i += MR)
+        with_rows(std::min<int64_t>(MR, m - i), [&]<int R>() {
+          tile_b_rows<T, R>(a + i * ars, ars, acs, b + j, brs, k, c + i * n + j, n, cols,
+                            bias ? bias + j : nullptr);
+        });
+    }
+    return true;
+  }
+  return false;
+}
+
+// C (m, n) row-major = A (m, k) B (k, n) (+ bias (n)), A and B with any strides.
 template <class T>
 void matmul_2d(const T* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const T* b, int64_t n,
-               int64_t brs, int64_t bcs, T* out) {
+               int64_t brs, int64_t bcs, T* out, const T* bias = nullptr) {
   Eigen::Map<RowMat<T>> c(out, m, n);
   if (k == 0) {
     c.setZero();
+  } else if (skinny_matmul<T>(a, m, k, ars, acs, b, n, brs, bcs, out, bias)) {
     return;
+  } else {
+    with_matrix(a, m, k, ars, acs, [&](const auto& A) {
+      with_matrix(b, k, n, brs, bcs, [&](const auto& B) { c.noalias() = A * B; });
+    });
   }
-  with_matrix(a, m, k, ars, acs, [&](const auto& A) {
-    with_matrix(b, k, n, brs, bcs, [&](const auto& B) { c.noalias() = A * B; });
-  });
+  if (bias) {
+    Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> bv(bias, n);
+    c.rowwise() += bv;
+  }
 }
 
 template <class T>
@@ -80,15 +218,11 @@ void linear_typed(const Tensor& x0, const Tensor& w, const Tensor* bias, Tensor&
   Tensor x = x0.dim() == 2 ? x0 : x0.contiguous().reshape({-1, x0.size(-1)});
   int64_t m = x.size(0), k = x.size(1), n = w.size(0);
   T* o = static_cast<T*>(out.raw_data());
-  // out = x @ w^T: w^T has strides (w.stride(1), w.stride(0)).
+  Tensor b = bias ? bias->contiguous() : Tensor();
+  // out = x @ w^T + bias: w^T has strides (w.stride(1), w.stride(0)).
   matmul_2d<T>(static_cast<const T*>(x.raw_data()), m, k, x.stride(0), x.stride(1),
-               static_cast<const T*>(w.raw_data()), n, w.stride(1), w.stride(0), o);
-  if (bias) {
-    Tensor b = bias->contiguous();
-    Eigen::Map<RowMat<T>> c(o, m, n);
-    Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> bv(static_cast<const T*>(b.raw_data()), n);
-    c.rowwise() += bv;
-  }
+               static_cast<const T*>(w.raw_data()), n, w.stride(1), w.stride(0), o,
+               bias ? static_cast<const T*>(b.raw_data()) : nullptr);
 }
 
 }  // namespace
