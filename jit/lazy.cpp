@@ -709,8 +709,8 @@ void sync(const std::vector<Tensor>& tensors) {
 void set_backend(Device device) {
   VOLT_CHECK(device.is_cpu() || device.is_cuda(), "lazy::set_backend",
              "expected cpu or cuda, got " << device.str());
-  VOLT_CHECK(backend_for(device.type) != nullptr, "lazy::set_backend",
-             "device " << device.str() << " is not available in this build");
+  VOLT_CHECK(device.is_cpu() || cuda::is_available(), "lazy::set_backend",
+             "device " << device.str() << " is not available (no CUDA backend in this build, or no GPU)");
   run_live(Reason::MarkStep);  // pending graphs finish where they were recorded for
   S().backend = device;
   clear_cache();
@@ -759,7 +759,11 @@ uint64_t graph_hash(const std::vector<Tensor>& tensors) {
 std::string dump(const Tensor& t) {
   Graph g = build_graph(values_for_hash({t}));
   auto names = std::make_shared<jit::ProxyNames>();
-  return lower(g, names).str();
+  std::string s = lower(g, names).str();
+  // Runtime scalars are inputs of the graph; show this run's values.
+  for (size_t i = 0; i < g.scalars.size(); ++i)
+    s += (i ? ", s" : "# runtime scalars: s") + std::to_string(i) + " = " + g.scalars[i]->scalar.repr();
+  return g.scalars.empty() ? s : s + "\n";
 }
 
 const std::vector<jit::Trace>& last_compiled_traces() {

@@ -208,7 +208,26 @@ TEST_CASE("lazy: dump prints the pending graph in the trace format") {
   CHECK(s.find("# d0: \"cpu f32[2, 3]\"") != std::string::npos);
   CHECK(s.find("= prims.mul(d0, s0)") != std::string::npos);
   CHECK(s.find("prims.where(") != std::string::npos);
+  CHECK(s.find("# runtime scalars: s0 = 3.0, s1 = 1.0, s2 = 0.0, s3 = 0.0") != std::string::npos);
   CHECK_FALSE(lazy::has_value(y));  // dump does not run anything
+}
+
+TEST_CASE("lazy: the CUDA backend runs the same graph as the CPU one") {
+  if (!cuda::is_available()) {
+    MESSAGE("skipped: no CUDA backend or GPU here; choosing it must fail with a clear error");
+    CHECK_THROWS_WITH_AS(lazy::set_backend(Device::cuda(0)), doctest::Contains("not available"), Error);
+    CHECK(lazy::backend() == kCPU);
+    return;
+  }
+  fresh();
+  Tensor x = Tensor::randn({16, 8}), w = Tensor::randn({4, 8});
+  auto program = [](const Tensor& a, const Tensor& b) { return volt::relu(volt::linear(a, b) * 0.5 - 0.1).sum({1}); };
+  Tensor want = program(x, w);
+  lazy::set_backend(Device::cuda(0));
+  Tensor got = program(x.to(kLazy), w.to(kLazy));
+  lazy::mark_step();
+  CHECK(max_abs_diff(got, want) < 1e-4);
+  lazy::set_backend(kCPU);
 }
 
 TEST_CASE("lazy: writing in place into a view is an error that says why") {
