@@ -54,6 +54,25 @@ std::string JitFunction::key_for(const std::vector<Tensor>& args) const {
   return os.str();
 }
 
+// The fields of key_for, mixed into 64 bits without building a string.
+uint64_t JitFunction::hash_for(const std::vector<Tensor>& args) const {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  auto add = [&](const Tensor& t) {
+    mix(t.sizes().size());
+    for (int64_t d : t.sizes()) mix(static_cast<uint64_t>(d));
+    mix(static_cast<uint64_t>(t.dtype()));
+    mix(static_cast<uint64_t>(t.device().type) * 64 + static_cast<uint64_t>(t.device().index));
+    mix(t.requires_grad());
+  };
+  mix(args.size());
+  for (const Tensor& t : args) add(t);
+  for (const Tensor& t : captured_) add(t);
+  mix(training_ ? training_() : false);
+  mix(grad_enabled());
+  return h;  // the executors are fixed per JitFunction
+}
+
 static std::string first_difference(const std::string& a, const std::string& b) {
   std::istringstream sa(a), sb(b);
   std::string fa, fb;
@@ -173,20 +192,33 @@ std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tenso
 std::vector<Tensor> JitFunction::operator()(const std::vector<Tensor>& args) {
   std::vector<Tensor> inputs = captured_;
   inputs.insert(inputs.end(), args.begin(), args.end());
-  std::string key = key_for(args);
+  const uint64_t hash = hash_for(args);
   std::shared_ptr<Entry> found;
   std::string guard_failure;
+  Bucket* bucket = nullptr;
+  std::string key;
   if (options_.cache != CacheMode::None)
-    if (auto it = cache_.find(key); it != cache_.end())
-      for (const std::shared_ptr<Entry>& e : it->second)
-        if (e->guards.empty() || guards_hold(*e, inputs, &guard_failure)) {
-          found = e;
-          break;
-        }
+    if (auto it = cache_.find(hash); it != cache_.end()) {
+      // Almost always one bucket; the readable key tells colliding hashes apart.
+      if (it->second.size() == 1 && last_ && last_hash_ == hash) {
+        bucket = &it->second.front();
+      } else {
+        key = key_for(args);
+        for (Bucket& b : it->second)
+          if (b.key == key) bucket = &b;
+      }
+      if (bucket)
+        for (const std::shared_ptr<Entry>& e : bucket->entries)
+          if (e->guards.empty() || guards_hold(*e, inputs, &guard_failure)) {
+            found = e;
+            break;
+          }
+    }
   if (found) {
     ++hits_;
     last_ = found;
   } else {
+    if (key.empty()) key = key_for(args);
     ++misses_;
     if (options_.cache == CacheMode::None) miss_reason_ = "caching is off";
     else if (!guard_failure.empty()) miss_reason_ = guard_failure;
@@ -201,9 +233,16 @@ std::vector<Tensor> JitFunction::operator()(const std::vector<Tensor>& args) {
                    "dtypes or requires_grad keep changing defeat the cache (last change: "
                 << miss_reason_ << ")\n";
     last_ = compile(args);
-    if (options_.cache != CacheMode::None) cache_[key].push_back(last_);
+    if (options_.cache != CacheMode::None) {
+      if (!bucket) {
+        cache_[hash].push_back({key, {}});
+        bucket = &cache_[hash].back();
+      }
+      bucket->entries.push_back(last_);
+    }
+    last_key_ = key;
   }
-  last_key_ = key;
+  last_hash_ = hash;
   if (!last_->backward_traces.empty()) return run_with_grad(last_, inputs);
   if (transform_ != CallTransform::None) {
     NoGradGuard no_grad;
@@ -247,7 +286,7 @@ std::vector<Tensor> JitFunction::run_with_grad(const std::shared_ptr<Entry>& e,
     all = interpret(e->traces.back(), inputs, nullptr, &used);
   }
   auto node = std::make_shared<JitNode>();
-  node->backward = std::make_shared<const Trace>(e->backward_traces.back());
+  node->backward = std::shared_ptr<const Trace>(e, &e->backward_traces.back());  // shares the entry, no copy
   node->saved.assign(all.begin() + static_cast<std::ptrdiff_t>(e->num_outputs), all.end());
   node->rng = used;
   for (int idx : e->grad_input_index) node->next.push_back(autograd::edge_for(inputs[idx]));

@@ -75,7 +75,8 @@ class JitFunction {
     size_t num_outputs = 0;
   };
   std::vector<Tensor> run_with_grad(const std::shared_ptr<Entry>& e, const std::vector<Tensor>& inputs);
-  std::string key_for(const std::vector<Tensor>& args) const;
+  std::string key_for(const std::vector<Tensor>& args) const;  // readable, for miss reasons
+  uint64_t hash_for(const std::vector<Tensor>& args) const;     // the same fields, hashed: the lookup
   std::shared_ptr<Entry> compile(const std::vector<Tensor>& args);
   bool guards_hold(const Entry& e, const std::vector<Tensor>& inputs, std::string* why) const;
 
@@ -88,9 +89,14 @@ class JitFunction {
   std::vector<Executor*> executors_;  // the user's, then the built-in ones
   CallTransform transform_ = CallTransform::None;
   // Entries with the same metadata differ by their guards.
-  std::unordered_map<std::string, std::vector<std::shared_ptr<Entry>>> cache_;
+  struct Bucket {
+    std::string key;  // hashes can collide: the readable key confirms a hit
+    std::vector<std::shared_ptr<Entry>> entries;
+  };
+  std::unordered_map<uint64_t, std::vector<Bucket>> cache_;
   std::shared_ptr<Entry> last_;
-  std::string last_key_, miss_reason_;
+  std::string last_key_, miss_reason_;  // last_key_: of the last compile
+  uint64_t last_hash_ = 0;
   int64_t hits_ = 0, misses_ = 0;
 };
 
