@@ -26,8 +26,9 @@
 // (optimizer steps, gradient accumulation) give the tensor a new pending value.
 //
 // Limits: one thread records; writing in place into a view of a lazy tensor is
-// an error (its base would not see the write); a graph's random draws must all
-// use one seed (call mark_step() before manual_seed()).
+// an error (its base would not see the write), and a view taken before an
+// in-place write to its base keeps the old value; a graph's random draws must
+// all use one seed (call mark_step() before manual_seed()).
 #pragma once
 #include <cstdint>
 #include <string>
