@@ -48,26 +48,28 @@ constexpr int kLanes = 16;       // elements per vector register tile (one 64-by
 // Above this many multiply-adds a skinny product splits its columns over threads.
 constexpr int64_t kSkinnyParallelWork = int64_t(1) << 23;
 
-// C[0:MR, 0:kLanes] (+)= A[0:MR, 0:k] B[0:k, 0:kLanes] where B rows are contiguous
-// (bcs == 1).  A may have any strides.  bias: (kLanes) or null.
-template <class T, int MR>
+// C[0:MR, 0:COLS] = A[0:MR, 0:k] B[0:k, 0:COLS] (+ bias) where B rows are
+// contiguous (bcs == 1); A may have any strides.  COLS is kLanes except for the
+// last, partial tile of a row, which never reads past the row's end.
+template <class T, int MR, bool Full>
 void tile_b_rows(const T* a, int64_t ars, int64_t acs, const T* b, int64_t brs, int64_t k, T* c,
-                 int64_t ldc, int64_t cols, const T* bias) {
+                 int64_t ldc, int64_t partial_cols, const T* bias) {
+  const int64_t cols = Full ? kLanes : partial_cols;
   T acc[MR][kLanes] = {};
   for (int64_t kk = 0; kk < k; ++kk) {
     const T* brow = b + kk * brs;
     for (int i = 0; i < MR; ++i) {
       const T aik = a[i * ars + kk * acs];
-      if (cols == kLanes) {
+      if constexpr (Full) {
 #pragma omp simd
         for (int j = 0; j < kLanes; ++j) acc[i][j] = std::fma(aik, brow[j], acc[i][j]);
-      } else {  // the last, partial tile of a row: never read past its end
-        for (int j = 0; j < cols; ++j) acc[i][j] = std::fma(aik, brow[j], acc[i][j]);
+      } else {
+        for (int64_t j = 0; j < cols; ++j) acc[i][j] = std::fma(aik, brow[j], acc[i][j]);
       }
     }
   }
   for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < cols; ++j) c[i * ldc + j] = bias ? acc[i][j] + bias[j] : acc[i][j];
+    for (int64_t j = 0; j < cols; ++j) c[i * ldc + j] = bias ? acc[i][j] + bias[j] : acc[i][j];
 }
 
 // C[0:MR, 0:NC] = A[0:MR, 0:k] B[0:k, 0:NC] where A rows and B columns are
@@ -153,8 +155,11 @@ bool skinny_matmul(const T* a, int64_t m, int64_t k, int64_t ars, int64_t acs, c
       const int64_t j = t * kLanes, cols = std::min<int64_t>(kLanes, n - j);
       for (int64_t i = 0; i < m; i += MR)
         with_rows(std::min<int64_t>(MR, m - i), [&]<int R>() {
-          tile_b_rows<T, R>(a + i * ars, ars, acs, b + j, brs, k, c + i * n + j, n, cols,
-                            bias ? bias + j : nullptr);
+          const T* bias_j = bias ? bias + j : nullptr;
+          if (cols == kLanes)
+            tile_b_rows<T, R, true>(a + i * ars, ars, acs, b + j, brs, k, c + i * n + j, n, cols, bias_j);
+          else
+            tile_b_rows<T, R, false>(a + i * ars, ars, acs, b + j, brs, k, c + i * n + j, n, cols, bias_j);
         });
     }
     return true;
