@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <mutex>
+#include <regex>
 #include <unordered_map>
 
 #include "jit/fusion.h"
@@ -33,9 +34,8 @@ struct Compiled {
   cudaKernel_t kernel = nullptr;
 };
 
-// The generated body bakes each draw's place in the program's counters
-// ("rng_offset + 6272ULL"); the three dropout layers differ only there.  The
-// smallest becomes a launch argument, so those regions share one kernel.
+}  // namespace
+
 std::string relative_offsets(const std::string& src, unsigned long long* base) {
   static const std::string kMark = "rng_offset + ";
   std::vector<std::pair<size_t, size_t>> spans;  // digits of each constant
@@ -57,6 +57,8 @@ std::string relative_offsets(const std::string& src, unsigned long long* base) {
   return out + src.substr(prev);
 }
 
+namespace {
+
 class NvrtcExecutor final : public FusionExecutor {
  public:
   NvrtcExecutor() : FusionExecutor("nvrtc", VOLT_VERSION) {}
@@ -72,7 +74,7 @@ class NvrtcExecutor final : public FusionExecutor {
     Compiled c;
     c.pin = f.kernel;
     c.source = relative_offsets(f.kernel->source, &c.base);
-    c.key = canonical_key(f, names, c.source);
+    c.key = canonical_key(c.source);
     std::lock_guard<std::mutex> lock(mutex_);
     compiled_[f.kernel.get()] = std::move(c);
   }
@@ -216,17 +218,24 @@ NvrtcStats nvrtc_stats() {
 
 std::string cuda_source(const std::string& body) { return vc::prelude() + body; }
 
-std::string canonical_key(const BoundSymbol& f, const ProxyNames& names, const std::string& src) {
-  // Value names in order of appearance become v0, v1, ...; the kernel is "fusion".
+std::string canonical_key(const std::string& src) {
+  // The kernel's name, and every value the body declares, in order of
+  // appearance, become "fusion", v0, v1, ... (in_X and out_X follow X).
   std::unordered_map<std::string, std::string> rename;
-  auto add = [&](const Tensor& t) {
-    std::string n = names.name(t);
+  static const std::regex kernel_name(R"(VOLT_KERNEL\((\w+)\))");
+  static const std::regex declared(R"(const (?:unsigned char|long long|bool|int|float|double)\*? (\w+) = )");
+  std::smatch m;
+  if (std::regex_search(src, m, kernel_name)) rename[m[1].str()] = "fusion";
+  for (auto it = std::sregex_iterator(src.begin(), src.end(), declared); it != std::sregex_iterator(); ++it) {
+    std::string n = (*it)[1].str();
+    for (const char* p : {"in_", "out_"})
+      if (n.rfind(p, 0) == 0) n = n.substr(std::string(p).size());
     if (!rename.count(n)) rename[n] = "v" + std::to_string(rename.size());
-  };
-  for (const Tensor& t : f.fusion_inputs) add(t);
-  for (const BoundSymbol& p : f.subsymbols)
-    for (const Tensor& o : p.outputs) add(o);
-  rename[f.fusion_name] = "fusion";
+  }
+  // Output pointers are declared without const.
+  static const std::regex out_ptr(R"(\* out_(\w+) = )");
+  for (auto it = std::sregex_iterator(src.begin(), src.end(), out_ptr); it != std::sregex_iterator(); ++it)
+    if (!rename.count((*it)[1].str())) rename[(*it)[1].str()] = "v" + std::to_string(rename.size());
   std::string out;
   for (size_t i = 0; i < src.size();) {
     if (std::isalpha(static_cast<unsigned char>(src[i])) || src[i] == '_') {

@@ -24,9 +24,14 @@ OperatorExecutor& cublas_executor();
 
 // The source NVRTC compiles for one fusion: the CUDA prelude and the body.
 std::string cuda_source(const std::string& body);
-// `source` (a fusion's body) with the fusion's value names and its own name
-// replaced by canonical ones: two regions with equal keys compute the same thing.
-std::string canonical_key(const BoundSymbol& fusion, const ProxyNames& names, const std::string& source);
+// The generated body bakes each draw's place in the program's counters
+// ("rng_offset + 6272ULL"); the three dropout layers differ only there.  The
+// smallest becomes `base`, added to the offset at launch, so those regions
+// share one kernel.
+std::string relative_offsets(const std::string& body, unsigned long long* base);
+// A fusion's body with its value names and its own name replaced by
+// canonical ones: two regions with equal keys compute the same thing.
+std::string canonical_key(const std::string& body);
 
 // How many distinct kernels nvrtc compiled or loaded, and how many fusions reused one.
 struct NvrtcStats {

@@ -34,7 +34,7 @@ namespace {
 #define SKIP_WITHOUT_GPU()                                                            \
   do {                                                                                \
     if (!cuda::is_available()) {                                                      \
-      MESSAGE("skipped: no CUDA GPU or driver on this machine (" << __func__ << ")"); \
+      MESSAGE("skipped: no CUDA GPU or driver on this machine");                     \
       return;                                                                         \
     }                                                                                 \
   } while (0)
