@@ -163,16 +163,9 @@ cudaKernel_t get_kernel(const std::string& source, const std::string& name, int 
     namespace fs = std::filesystem;
     fs::path dir = cache_dir();
     fs::path file = dir / ("cuda_" + key.str() + (sass ? ".cubin" : ".ptx"));
-    std::string code;
-    if (std::ifstream in(file, std::ios::binary); in) {
-      std::ostringstream ss;
-      ss << in.rdbuf();
-      code = ss.str();
-      ++g_counters.disk_hits;
-    }
-    if (code.empty()) {
+    auto compile_and_store = [&] {
       auto t0 = std::chrono::steady_clock::now();
-      code = run_nvrtc(source, arch, sass).code;
+      std::string code = run_nvrtc(source, arch, sass).code;
       g_counters.compile_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       ++g_counters.compiled;
       std::error_code ec;
@@ -188,9 +181,26 @@ cudaKernel_t get_kernel(const std::string& source, const std::string& name, int 
       // The source beside it, for reading and debugging.
       fs::path src = dir / ("cuda_" + key.str() + ".cu");
       if (!fs::exists(src, ec)) std::ofstream(src) << source;
-    }
+      return code;
+    };
     DeviceGuard g(device);
-    VOLT_CUDA_CHECK(cudaLibraryLoadData(&lib, code.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+    std::string code;
+    if (std::ifstream in(file, std::ios::binary); in) {
+      std::ostringstream ss;
+      ss << in.rdbuf();
+      code = ss.str();
+    }
+    bool loaded = false;
+    if (!code.empty()) {
+      // A damaged entry (a disk error, another volt's file) is compiled again.
+      loaded = cudaLibraryLoadData(&lib, code.data(), nullptr, nullptr, 0, nullptr, nullptr, 0) == cudaSuccess;
+      if (loaded) ++g_counters.disk_hits;
+      else cudaGetLastError();
+    }
+    if (!loaded) {
+      code = compile_and_store();
+      VOLT_CUDA_CHECK(cudaLibraryLoadData(&lib, code.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+    }
     g_libraries[key.str()] = lib;
   }
   cudaKernel_t k = nullptr;
