@@ -1,9 +1,12 @@
 // The CPU backend: plain loops over any strides, Eigen for matmul (cpu_matmul.cpp).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <type_traits>
+#include <unordered_map>
 #include <xmmintrin.h>
 #include <pmmintrin.h>
 
@@ -280,7 +283,41 @@ void run_reduce(const OpCall& call, Tensor& out) {
   std::vector<Acc> acc(static_cast<size_t>(n_out));
   bool is_sum = call.op == OpId::sum, is_max = call.op == OpId::amax;
   std::vector<bool> seen(is_sum ? 0 : static_cast<size_t>(n_out), false);
-  if (n > 0) {
+  // A contiguous input summed over its leading dims (a bias gradient: (B, n) ->
+  // (n)) or its trailing dims: plain loops that vectorise, adding in the same
+  // order as the general walk below, so the result is the same to the bit.
+  int64_t lead = 0;  // reduced dims are [0, lead) or [lead, nd)
+  bool leading = false, trailing = false;
+  if (is_sum && n > 0 && a.is_contiguous() && !dims.empty()) {
+    std::vector<bool> red(nd, false);
+    for (int64_t d : dims) red[d] = true;
+    lead = 0;
+    while (lead < nd && red[lead]) ++lead;
+    leading = std::all_of(red.begin() + lead, red.end(), [](bool r) { return !r; });
+    int64_t first = 0;
+    while (first < nd && !red[first]) ++first;
+    trailing = !leading && std::all_of(red.begin() + first, red.end(), [](bool r) { return r; });
+    if (trailing) lead = first;
+  }
+  if (leading || trailing) {
+    int64_t outer = 1;
+    for (int64_t d = 0; d < lead; ++d) outer *= a.sizes()[d];
+    const int64_t inner = n / outer;
+    Acc* o = acc.data();
+    if (leading) {  // out[j] = sum_i in[i, j]
+      for (int64_t i = 0; i < outer; ++i) {
+        const T* row = in + i * inner;
+        for (int64_t j = 0; j < inner; ++j) o[j] += static_cast<Acc>(row[j]);
+      }
+    } else {  // out[i] = sum_j in[i, j]
+      for (int64_t i = 0; i < outer; ++i) {
+        const T* row = in + i * inner;
+        Acc s = 0;
+        for (int64_t j = 0; j < inner; ++j) s += static_cast<Acc>(row[j]);
+        o[i] = s;
+      }
+    }
+  } else if (n > 0) {
     // Walk the input in index order.
     Shape idx(nd, 0);
     int64_t in_off = 0, out_off = 0;
@@ -314,17 +351,81 @@ void run_reduce(const OpCall& call, Tensor& out) {
 
 // ---------------------------------------------------------------- the backend
 
+// Blocks from this size up are kept for reuse when their tensor dies.
+constexpr size_t kLargeBlock = size_t(1) << 20;
+// At most this many bytes wait in the cache; beyond it blocks go back to the system.
+constexpr size_t kLargeCacheLimit = size_t(1) << 30;
+
+// A training step frees and allocates the same large tensors every step (the
+// gradients, the activations of a big batch).  Fresh memory from the system
+// costs a page fault and a zeroed page per 4 KiB, so freed large blocks are kept
+// by exact size and handed out again; small blocks go through malloc.
+class LargeBlockCache {
+ public:
+  // n: a multiple of 64 and >= kLargeBlock; nbytes: what the caller asked for.
+  void* allocate(size_t n, size_t nbytes) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (auto it = free_.find(n); it != free_.end()) {
+        void* p = it->second;
+        free_.erase(it);
+        cached_bytes_ -= n;
+        live_[p] = n;
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(64, n);
+    if (!p) {  // give the cached blocks back and try once more
+      trim();
+      p = std::aligned_alloc(64, n);
+    }
+    VOLT_CHECK(p != nullptr, "allocate", "out of memory allocating " << nbytes << " bytes on the CPU");
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_[p] = n;
+    return p;
+  }
+  // Returns false when p is not a large block (the caller frees it).
+  bool release(void* p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(p);
+    if (it == live_.end()) return false;
+    const size_t n = it->second;
+    live_.erase(it);
+    if (cached_bytes_ + n > kLargeCacheLimit) {
+      std::free(p);
+    } else {
+      free_.emplace(n, p);
+      cached_bytes_ += n;
+    }
+    return true;
+  }
+  void trim() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [n, p] : free_) std::free(p);
+    free_.clear();
+    cached_bytes_ = 0;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<void*, size_t> live_;      // handed out: block -> size
+  std::unordered_multimap<size_t, void*> free_;  // kept: size -> block
+  size_t cached_bytes_ = 0;
+};
+
 class CpuBackend final : public Backend {
  public:
   void* allocate(size_t nbytes, int) override {
-    void* p = nullptr;
     size_t n = (nbytes + 63) / 64 * 64;
     if (n == 0) n = 64;
-    p = std::aligned_alloc(64, n);
+    if (n >= kLargeBlock) return large_.allocate(n, nbytes);
+    void* p = std::aligned_alloc(64, n);
     VOLT_CHECK(p != nullptr, "allocate", "out of memory allocating " << nbytes << " bytes on the CPU");
     return p;
   }
-  void deallocate(void* p, int) override { std::free(p); }
+  void deallocate(void* p, int) override {
+    if (!large_.release(p)) std::free(p);
+  }
 
   void copy(const Tensor& dst, const Tensor& src) override {
     VOLT_CHECK(dst.device().is_cpu() && src.device().is_cpu(), "copy_",
@@ -438,6 +539,9 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Never destroyed: tensors held by static objects may die after the backend.
+  LargeBlockCache& large_ = *new LargeBlockCache;
+
   static void where_kernel(const std::array<Operand, 3>& in, Tensor& out) {
     VOLT_DISPATCH_DTYPE(out.dtype(), [&] {
       Shape sh = out.sizes();
