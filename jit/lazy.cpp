@@ -61,6 +61,12 @@ struct Node {
   Attrs attrs;
   std::vector<Operand> operands;
   std::vector<TensorMeta> outputs;
+  // Whether a non-elementwise op (matmul, a reduction) is among the pending
+  // work behind this node, and the order to visit operands in: those first.
+  // Then an elementwise chain (an optimizer's update) is laid out in one run,
+  // after the matmul it needs, and fuses into one kernel.
+  bool heavy = false;
+  std::vector<uint8_t> visit_order;
 };
 
 struct LazyTensor {
@@ -326,7 +332,7 @@ struct GraphBuilder {
       while (!stack.empty()) {
         auto& [n, i] = stack.back();
         if (i < n->operands.size()) {
-          const Operand& o = n->operands[i++];
+          const Operand& o = n->operands[n->visit_order[i++]];
           if (o.kind == Operand::Value && o.value->node && seen.insert(o.value->node.get()).second)
             stack.push_back({o.value->node.get(), 0});
         } else {
@@ -597,6 +603,19 @@ std::vector<Tensor> record(const OpCall& call) {
       o.value = value_of(v.tensor);
     }
     node->operands.push_back(std::move(o));
+  }
+  node->heavy = !is_elementwise(call.op);
+  for (size_t i = 0; i < node->operands.size(); ++i) {
+    const Operand& o = node->operands[i];
+    if (o.kind == Operand::Value && o.value->node && o.value->node->heavy) {
+      node->heavy = true;
+      node->visit_order.push_back(static_cast<uint8_t>(i));
+    }
+  }
+  for (size_t i = 0; i < node->operands.size(); ++i) {
+    const Operand& o = node->operands[i];
+    if (!(o.kind == Operand::Value && o.value->node && o.value->node->heavy))
+      node->visit_order.push_back(static_cast<uint8_t>(i));
   }
   uint64_t h = mix(static_cast<uint64_t>(call.op), metas.size());
   for (const Operand& o : node->operands) {
