@@ -2,6 +2,7 @@
 // optimizers, the jit's nvrtc executor) shares.
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "tensor/cuda/nvrtc.h"
@@ -19,6 +20,17 @@ void strided_copy(const Tensor& dst, const Tensor& src);
 Tensor contiguous_on_device(const Tensor& t);
 // Sets every element of a contiguous CUDA tensor.
 void fill(const Tensor& t, double value);
+
+// How a (rows, cols) matrix view (the last two dims of sizes/strides) is
+// handed to cuBLAS, which is column-major: as the matrix X^T (trans false:
+// a row-major view, X^T is column-major with leading dimension ld) or as X
+// itself with op T (trans true: a column-major view).  None for other strides
+// (a broadcast or doubly strided view), which are packed first.
+struct GemmOperand {
+  bool trans;
+  int64_t ld;
+};
+std::optional<GemmOperand> gemm_operand(const Shape& sizes, const Shape& strides);
 
 // matmul and linear through cuBLAS (tensor/cuda/matmul.cpp).
 void cublas_matmul(const Tensor& a, const Tensor& b, const Tensor& out);

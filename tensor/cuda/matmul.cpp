@@ -10,30 +10,25 @@
 
 namespace volt::cuda {
 
-namespace {
-
-// How a (rows, cols) matrix view is handed to cuBLAS as the column-major
-// matrix X^T: `trans` is false for a row-major view (X^T is column-major with
-// leading dimension ld), true for a column-major one (X is, so op T).
-struct Layout {
-  bool trans;
-  int64_t ld;
-};
-
-std::optional<Layout> layout_of(const Tensor& t) {
-  const int64_t rows = t.size(-2), cols = t.size(-1), rs = t.stride(-2), cs = t.stride(-1);
+std::optional<GemmOperand> gemm_operand(const Shape& sizes, const Shape& strides) {
+  const size_t d = sizes.size();
+  const int64_t rows = sizes[d - 2], cols = sizes[d - 1], rs = strides[d - 2], cs = strides[d - 1];
   if ((cs == 1 || cols == 1) && (rows == 1 || rs >= std::max<int64_t>(cols, 1)))
-    return Layout{false, rows == 1 ? std::max<int64_t>(cols, 1) : rs};
+    return GemmOperand{false, rows == 1 ? std::max<int64_t>(cols, 1) : rs};
   if ((rs == 1 || rows == 1) && (cols == 1 || cs >= std::max<int64_t>(rows, 1)))
-    return Layout{true, cols == 1 ? std::max<int64_t>(rows, 1) : cs};
+    return GemmOperand{true, cols == 1 ? std::max<int64_t>(rows, 1) : cs};
   return std::nullopt;
 }
+
+namespace {
+
+std::optional<GemmOperand> layout_of(const Tensor& t) { return gemm_operand(t.sizes(), t.strides()); }
 
 // out (m, n), contiguous = a (m, k) @ b (k, n), beta * out added (bias pre-filled).
 void gemm_2d(const Tensor& a0, const Tensor& b0, const Tensor& out, double beta) {
   const int dev = out.device().index;
   Tensor a = a0, b = b0;
-  std::optional<Layout> la = layout_of(a), lb = layout_of(b);
+  std::optional<GemmOperand> la = layout_of(a), lb = layout_of(b);
   if (!la) {
     a = contiguous_on_device(a);
     la = layout_of(a);
