@@ -19,7 +19,13 @@
 //
 // Random draws (dropout) reserve their Philox counters from the global
 // generator when they are recorded, exactly as eager mode does, so the lazy
-// device draws the same masks as eager mode for the same seed.
+// device draws the same masks as eager mode for the same seed, and the
+// generator has already moved past a step's draws when mark_step() runs it.
+// A graph passes its first draw's (seed, offset) at run time and the others
+// relative to it, so the counters are not part of the cache key.
+//
+// VOLT_LAZY_LOG=compile prints each compile and the first line of the graph
+// key that differs from the last compiled graph (why it did not hit the cache).
 //
 // Eager autograd works on lazy tensors: backward() runs the VJP rules on lazy
 // tensors, so the backward pass lands in the same graph.  In-place ops
