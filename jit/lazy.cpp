@@ -102,6 +102,8 @@ Device backend_from_env() {
   if (!e || !*e) return kCPU;
   std::string s = e;
   VOLT_CHECK(s == "cpu" || s == "cuda", "VOLT_LAZY_BACKEND", "expected cpu or cuda, got '" << s << "'");
+  VOLT_CHECK(s == "cpu" || cuda::is_available(), "VOLT_LAZY_BACKEND",
+             "cuda is not available (no CUDA backend in this build, or no GPU); use cpu");
   return s == "cpu" ? kCPU : Device::cuda(0);
 }
 

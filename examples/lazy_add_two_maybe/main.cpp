@@ -18,7 +18,7 @@ Tensor add_two_maybe(const Tensor& t, const Tensor& maybe) {
   return t;
 }
 
-int main() {
+int run() {
   Tensor t = Tensor::ones({1});
   Tensor maybe_false = Tensor::from_vector<bool>({false});
   Tensor maybe_true = Tensor::from_vector<bool>({true});
@@ -57,4 +57,13 @@ int main() {
   std::cout << "lazy counters:\n" << lazy::metrics::report();
   const bool ok = r_false.item<float>() == 1.0f && r_true.item<float>() == 3.0f;
   return ok ? 0 : 1;
+}
+
+int main() {
+  try {
+    return run();
+  } catch (const Error& e) {
+    std::cerr << "lazy_add_two_maybe: " << e.what() << "\n";
+    return 1;
+  }
 }
