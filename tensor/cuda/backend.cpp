@@ -31,15 +31,7 @@ cudaKernel_t cached_kernel(const std::string& name, int device, const std::funct
 
 namespace {
 
-constexpr int kMaxDims = 8;
-
-// The host mirror of the prelude's volt_index.
-struct Index {
-  int ndim = 0;
-  long long size[kMaxDims] = {};
-  long long stride[4][kMaxDims] = {};
-};
-static_assert(sizeof(Index) == 328, "the prelude's volt_index has the same layout");
+static_assert(sizeof(IndexArg) == 328, "the prelude's volt_index has the same layout");
 
 // Strides of `t` read in the broadcast shape `shape` (0 along broadcast dims).
 void broadcast_strides(const Tensor& t, const Shape& shape, long long* out) {
@@ -50,88 +42,95 @@ void broadcast_strides(const Tensor& t, const Shape& shape, long long* out) {
 
 bool dense_like(const Tensor& t, const Shape& shape) { return t.sizes() == shape && t.is_contiguous(); }
 
-// out (any strides) = op(args); args are CUDA tensors on out's device, zero-dim
-// CPU tensors or scalars.
-void launch_elementwise(const OpCall& call, const Tensor& out) {
+}  // namespace
+
+std::vector<void*> ElementwiseLaunch::params() {
+  std::vector<void*> p{&n, &ix, &out};
+  for (size_t k = 0; k < ptrs.size(); ++k) p.push_back(ptrs[k] ? static_cast<void*>(&ptrs[k]) : &scalars[k]);
+  return p;
+}
+
+ElementwiseLaunch prepare_elementwise(const OpCall& call, const Tensor& out) {
   const OpId op = call.op;
   const std::vector<Value>& args = call.args;
-  const int dev = out.device().index;
-  const int64_t n = out.numel();
-  if (n == 0) return;
   VOLT_CHECK(out.dim() <= kMaxDims, op_name(op), "CUDA kernels support up to " << kMaxDims << " dims, got "
                                                                                 << out.meta_str());
-  ElementwiseSpec s = elementwise_spec(call, out.dtype(), false);
+  ElementwiseLaunch L;
+  L.spec = elementwise_spec(call, out.dtype(), false);
+  L.n = out.numel();
+  L.out = out.raw_data();
+  L.ptrs.assign(args.size(), nullptr);
+  L.scalars.assign(args.size(), 0.0);
   bool strided = !out.is_contiguous();
-  std::vector<double> scalars(args.size(), 0.0);
-  std::vector<void*> ptrs(args.size(), nullptr);
-  std::vector<Tensor> tensors(args.size());
+  L.ix.ndim = static_cast<int>(out.dim());
+  for (int d = 0; d < L.ix.ndim; ++d) {
+    L.ix.size[d] = out.sizes()[d];
+    L.ix.stride[0][d] = out.strides()[d];
+  }
   for (size_t k = 0; k < args.size(); ++k) {
     const Value& v = args[k];
     if (!v.is_tensor) {
-      scalars[k] = v.scalar.value;
-    } else if (v.tensor.device().is_cpu()) {
-      VOLT_CHECK(v.tensor.dim() == 0, op_name(op), "expected CUDA tensors, got " << v.tensor.meta_str());
-      scalars[k] = v.tensor.item_double();
+      L.scalars[k] = v.scalar.value;
+    } else if (L.spec.operands[k].is_scalar) {  // a zero-dim CPU tensor
+      L.scalars[k] = v.tensor.item_double();
     } else {
       VOLT_CHECK(v.tensor.device() == out.device(), op_name(op),
                  "expected tensors on " << out.device().str() << ", got " << v.tensor.meta_str());
       VOLT_CHECK(v.tensor.has_data(), op_name(op), "got a tensor without data (" << v.tensor.meta_str() << ")");
-      tensors[k] = v.tensor;
-      ptrs[k] = v.tensor.raw_data();
+      L.ptrs[k] = v.tensor.raw_data();
+      broadcast_strides(v.tensor, out.sizes(), L.ix.stride[k + 1]);
       strided |= !dense_like(v.tensor, out.sizes());
     }
   }
-  s.strided = strided;
-  Index ix;
-  ix.ndim = static_cast<int>(out.dim());
-  for (int d = 0; d < ix.ndim; ++d) {
-    ix.size[d] = out.sizes()[d];
-    ix.stride[0][d] = out.strides()[d];
-  }
-  for (size_t k = 0; k < args.size(); ++k)
-    if (tensors[k].defined()) broadcast_strides(tensors[k], out.sizes(), ix.stride[k + 1]);
-  cudaKernel_t kern = cached_kernel(elementwise_name(s), dev, [&] { return elementwise_source(s); });
-  long long nn = n;
-  void* optr = out.raw_data();
-  std::vector<void*> params{&nn, &ix, &optr};
-  for (size_t k = 0; k < args.size(); ++k) params.push_back(tensors[k].defined() ? &ptrs[k] : static_cast<void*>(&scalars[k]));
-  launch(kern, dev, nn, params.data());
+  L.spec.strided = strided;
+  return L;
+}
+
+ReduceLaunch prepare_reduce(const OpCall& call, const Tensor& out) {
+  const Tensor& a = call.args[0].tensor;
+  const auto& dims = call.attrs.ints;
+  ReduceLaunch R;
+  // Kept dims first, reduced dims last: then each output element is one row.
+  Shape ps, pst;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int64_t d = 0; d < a.dim(); ++d) {
+      const bool reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
+      if (reduced != (pass == 1)) continue;
+      ps.push_back(a.sizes()[d]);
+      pst.push_back(a.strides()[d]);
+      if (reduced) R.len *= a.sizes()[d];
+    }
+  R.rows_view = a.dim() == 0 ? a : make_tensor(a.impl()->storage, ps, pst, a.storage_offset(), a.dtype(), a.device());
+  R.rows = out.numel();
+  while (R.block < 256 && R.block < static_cast<unsigned long long>(R.len)) R.block *= 2;
+  return R;
+}
+
+namespace {
+
+// out (any strides) = op(args) on the GPU.
+void launch_elementwise(const OpCall& call, const Tensor& out) {
+  if (out.numel() == 0) return;
+  ElementwiseLaunch L = prepare_elementwise(call, out);
+  const int dev = out.device().index;
+  cudaKernel_t kern = cached_kernel(elementwise_name(L.spec), dev, [&] { return elementwise_source(L.spec); });
+  std::vector<void*> params = L.params();
+  launch(kern, dev, L.n, params.data());
 }
 
 void run_reduce(const OpCall& call, const Tensor& out) {
+  ReduceLaunch R = prepare_reduce(call, out);
+  if (R.rows == 0) return;
   const Tensor& a = call.args[0].tensor;
   const int dev = out.device().index;
-  const auto& dims = call.attrs.ints;
-  // Kept dims first, reduced dims last: then each output element is one row.
-  std::vector<int64_t> perm;
-  int64_t len = 1;
-  for (int64_t d = 0; d < a.dim(); ++d)
-    if (std::find(dims.begin(), dims.end(), d) == dims.end()) perm.push_back(d);
-  for (int64_t d = 0; d < a.dim(); ++d)
-    if (std::find(dims.begin(), dims.end(), d) != dims.end()) {
-      perm.push_back(d);
-      len *= a.sizes()[d];
-    }
-  Tensor x = a;
-  if (a.dim() > 0) {
-    Shape ps, pst;
-    for (int64_t d : perm) {
-      ps.push_back(a.sizes()[d]);
-      pst.push_back(a.strides()[d]);
-    }
-    x = contiguous_on_device(make_tensor(a.impl()->storage, ps, pst, a.storage_offset(), a.dtype(), a.device()));
-  }
-  long long rows = out.numel(), ln = len;
-  if (rows == 0) return;
+  Tensor x = contiguous_on_device(R.rows_view);
   const std::string name = reduce_name(call.op, a.dtype(), out.dtype());
   cudaKernel_t k = cached_kernel(name, dev, [&] { return reduce_source(call.op, a.dtype(), out.dtype()); });
-  unsigned block = 32;
-  while (block < 256 && block < static_cast<unsigned>(len)) block *= 2;
-  long long grid = std::min<long long>(rows, static_cast<long long>(multiprocessor_count(dev)) * 32);
+  long long grid = std::min<long long>(R.rows, static_cast<long long>(multiprocessor_count(dev)) * 32);
   void* xp = x.raw_data();
   void* yp = out.raw_data();
-  void* params[] = {&xp, &yp, &rows, &ln};
-  launch(k, dev, dim3(static_cast<unsigned>(grid)), dim3(block), params);
+  void* params[] = {&xp, &yp, &R.rows, &R.len};
+  launch(k, dev, dim3(static_cast<unsigned>(grid)), dim3(R.block), params);
 }
 
 void run_uniform(const OpCall& call, const Tensor& out) {

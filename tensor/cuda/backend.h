@@ -4,7 +4,9 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "tensor/cuda/kernels.h"
 #include "tensor/cuda/nvrtc.h"
 #include "tensor/tensor.h"
 
@@ -20,6 +22,39 @@ void strided_copy(const Tensor& dst, const Tensor& src);
 Tensor contiguous_on_device(const Tensor& t);
 // Sets every element of a contiguous CUDA tensor.
 void fill(const Tensor& t, double value);
+
+// The arguments of one eager elementwise kernel (tensor/cuda/kernels.h),
+// packed as cudaLaunchKernel takes them.  Pure host work: tests run it on CPU
+// tensors and hand params() to the same kernel source built for the host.
+constexpr int kMaxDims = 8;
+struct IndexArg {  // the prelude's volt_index
+  int ndim = 0;
+  long long size[kMaxDims] = {};
+  long long stride[4][kMaxDims] = {};  // [0]: the output, [k + 1]: operand k (0 where broadcast)
+};
+struct ElementwiseLaunch {
+  ElementwiseSpec spec;
+  IndexArg ix;
+  long long n = 0;
+  void* out = nullptr;
+  std::vector<void*> ptrs;      // tensor operands (null for scalars)
+  std::vector<double> scalars;  // scalar operands, zero-dim CPU tensors included
+  // Pointers to the fields above, in the kernel's parameter order (valid while *this lives).
+  std::vector<void*> params();
+};
+// out (any strides) = call's op over its args: tensors on out's device
+// (any strides, broadcast), zero-dim CPU tensors and scalars.
+ElementwiseLaunch prepare_elementwise(const OpCall& call, const Tensor& out);
+
+// A reduction as rows: `rows_view` is the input with its kept dims first and
+// reduced dims last (a view; made contiguous before the kernel reads it), each
+// output element reducing one row of `len`.
+struct ReduceLaunch {
+  Tensor rows_view;
+  long long rows = 0, len = 1;
+  unsigned block = 32;  // threads per row: a power of two, 32 to 256
+};
+ReduceLaunch prepare_reduce(const OpCall& call, const Tensor& out);
 
 // How a (rows, cols) matrix view (the last two dims of sizes/strides) is
 // handed to cuBLAS, which is column-major: as the matrix X^T (trans false:
