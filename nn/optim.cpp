@@ -254,8 +254,8 @@ void Adam::step() {
       grads.push_back(g);
       continue;
     }
-    // Other devices: the same rule as tensor ops (temporaries included) until a
-    // fused device kernel takes this over.
+    // Other devices (lazy; CUDA parameters that are not contiguous): the same
+    // rule as tensor ops, temporaries included.
     if (o.weight_decay != 0) g = g + p * o.weight_decay;
     s.m.mul_(o.beta1).add_(g, 1.0 - o.beta1);
     s.v.mul_(o.beta2).add_(g * g, 1.0 - o.beta2);

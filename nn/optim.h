@@ -8,8 +8,9 @@
 // An optimizer holds the same Tensor handles as the module, so it follows a
 // module moved by to(device) and a jitted module that shares its parameters.
 // On the CPU a step is one pass over each parameter's memory (read p, g and
-// the state, write p and the state) with no temporaries.  On other devices it
-// runs the same rule as a few in-place tensor ops until a fused kernel exists.
+// the state, write p and the state) with no temporaries.  On CUDA one fused
+// kernel launch updates every parameter (tensor/cuda/optim.h); elsewhere the
+// same rule runs as a few in-place tensor ops.
 #pragma once
 #include <cstdint>
 #include <vector>
