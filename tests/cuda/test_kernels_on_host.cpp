@@ -19,6 +19,8 @@
 #include <map>
 #include <memory>
 
+#include "jit/cuda/executors.h"
+#include "jit/jit.h"
 #include "nn/optim.h"
 #include "tensor/cuda/backend.h"
 #include "tensor/cuda/kernels.h"
@@ -366,5 +368,49 @@ TEST_CASE("cuda kernels on the host: reductions, uniform, fill and the fused opt
     }
     check_same("SGD parameter", mine, ref.detach(), 1e-14);
   }
+}
+
+TEST_CASE("cuda kernels on the host: a jit fusion through VOLT_KERNEL/VOLT_LOOP and the argument table") {
+  // x -> dropout(relu(2x + 1)) twice, each with its own draw: two regions of one shape.
+  auto fn = [](const std::vector<Tensor>& in) {
+    Tensor h = dropout(relu(add(mul(in[0], 2.0), 1.0)), 0.25, true);
+    Tensor y = matmul(h, in[1]);
+    return std::vector<Tensor>{dropout(relu(y), 0.5, true)};
+  };
+  auto jf = jit::jit(fn, {"x", "w"});
+  manual_seed(77);
+  Tensor x = Tensor::randn({16, 24}), w = Tensor::randn({24, 24});
+  set_rng_state({99, 1000});
+  Tensor want = jf({x, w}).at(0);
+  std::vector<std::string> sources = jit::last_kernel_sources(jf);
+  REQUIRE(sources.size() == 2);
+  HostKernels host;
+  std::vector<unsigned long long> bases;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    unsigned long long base = 0;
+    std::string body = jit::cuda::relative_offsets(sources[i], &base);
+    bases.push_back(base);
+    // The kernel names its own function: wrap it under a name of its own.
+    const std::string name = "cpuFusion" + std::to_string(i);
+    host.add(name, body);
+  }
+  CHECK(bases[0] == 0);
+  CHECK(bases[1] == 16 * 24);  // the second draw starts after the first
+  REQUIRE(host.build());
+  // Regions in order, as the nvrtc executor launches them: inputs then outputs in the table.
+  cuda::KernelArgs table{};
+  Tensor h = Tensor::empty({16, 24});
+  table.p[0] = x.data_ptr<float>();
+  table.p[1] = h.data_ptr<float>();
+  long long n = 16 * 24;
+  unsigned long long seed = 99, offset = 1000 + bases[0];
+  void* params[] = {&n, &table, &seed, &offset};
+  host.get("cpuFusion0")(params);
+  Tensor y = matmul(h, w), got = Tensor::empty({16, 24});
+  table.p[0] = y.data_ptr<float>();
+  table.p[1] = got.data_ptr<float>();
+  offset = 1000 + bases[1];
+  host.get("cpuFusion1")(params);
+  check_same("jit fusions run through the CUDA macros", got, want, 1e-5);
 }
 #endif  // VOLT_WITH_CUDA
