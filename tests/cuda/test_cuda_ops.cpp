@@ -73,6 +73,15 @@ constexpr DType kAll[] = {DType::b8, DType::u8, DType::i32, DType::i64, DType::f
 
 double rtol_for(DType dt) { return dt == DType::f64 ? 1e-12 : dt == DType::f32 ? 2e-6 : 0.0; }
 
+// The same view on the GPU: its whole storage is copied, then the same sizes,
+// strides and offset are taken, so transposed and broadcast inputs stay so.
+Tensor to_gpu_same_layout(const Tensor& t) {
+  if (t.is_contiguous()) return t.to(kGPU);
+  const int64_t elems = static_cast<int64_t>(t.impl()->storage->nbytes / dtype_size(t.dtype()));
+  Tensor flat = make_tensor(t.impl()->storage, {elems}, {1}, 0, t.dtype(), kCPU).to(kGPU);
+  return make_tensor(flat.impl()->storage, t.sizes(), t.strides(), t.storage_offset(), t.dtype(), kGPU);
+}
+
 // Runs the prim `call` on the CPU and (with its tensors moved) on the GPU.
 void compare_prim(const std::string& label, const OpCall& cpu_call) {
   std::vector<TensorMeta> m;
@@ -83,7 +92,10 @@ void compare_prim(const std::string& label, const OpCall& cpu_call) {
   }
   OpCall gpu_call = cpu_call;
   for (Value& v : gpu_call.args)
-    if (v.is_tensor && v.tensor.dim() > 0) v.tensor = v.tensor.to(kGPU);
+    if (v.is_tensor && v.tensor.dim() > 0) {
+      v.tensor = to_gpu_same_layout(v.tensor);
+      CHECK(v.tensor.strides() == cpu_call.args[&v - gpu_call.args.data()].tensor.strides());
+    }
   Tensor want = run_prim(cpu_call)[0];
   Tensor got = run_prim(gpu_call)[0];
   CHECK(got.device() == kGPU);
@@ -104,6 +116,7 @@ TEST_CASE("cuda: every elementwise op matches the CPU (contiguous, transposed, b
       Tensor a = random_of(dt, {6, 5}), b = random_of(dt, {6, 5});
       Tensor at = random_of(dt, {5, 6}).t();  // non-contiguous [6, 5]
       Tensor row = random_of(dt, {5});          // broadcast along dim 0
+      Tensor col = random_of(dt, {6, 1}).expand({6, 5});  // a stride-0 view
       Tensor cond = random_of(DType::b8, {6, 5});
       switch (kind) {
         case OpKind::Unary:
@@ -115,6 +128,7 @@ TEST_CASE("cuda: every elementwise op matches the CPU (contiguous, transposed, b
           compare_prim(base, OpCall{op, {a, b}, {}});
           compare_prim(base + " transposed", OpCall{op, {at, b}, {}});
           compare_prim(base + " broadcast", OpCall{op, {a, row}, {}});
+          compare_prim(base + " expanded view", OpCall{op, {col, at}, {}});
           compare_prim(base + " scalar", OpCall{op, {a, Value(2)}, {}});
           compare_prim(base + " float scalar", OpCall{op, {Value(1.5), at}, {}});
           compare_prim(base + " mixed f32", OpCall{op, {a, random_of(DType::f32, {6, 5})}, {}});
