@@ -88,9 +88,10 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Up to 64 batches, reused in turn: MNIST through the DataLoader, or random.
+// One batch per step, up to about 64 MB of images (then reused in turn):
+// MNIST through the DataLoader, or random.
 std::vector<data::Batch> load_batches(const Options& o) {
-  const int64_t n = std::min<int64_t>(o.steps, 64);
+  const int64_t n = std::min<int64_t>(o.steps, std::max<int64_t>(1, (int64_t{16} << 20) / (o.batch_size * 784)));
   std::vector<data::Batch> batches;
   const std::string root = data::mnist_root();
   const bool have_mnist = std::filesystem::exists(std::filesystem::path(root) / "train-labels-idx1-ubyte") ||
