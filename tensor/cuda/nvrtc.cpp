@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -166,8 +167,14 @@ cudaKernel_t get_kernel(const std::string& source, const std::string& name, int 
     auto compile_and_store = [&] {
       auto t0 = std::chrono::steady_clock::now();
       std::string code = run_nvrtc(source, arch, sass).code;
-      g_counters.compile_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      g_counters.compile_ms += ms;
       ++g_counters.compiled;
+      // VOLT_CUDA_LOG=compile names each NVRTC compile; =source adds the source.
+      if (const char* e = std::getenv("VOLT_CUDA_LOG")) {
+        std::cerr << "volt.cuda: NVRTC compiled " << name << " for " << arch << " in " << ms << " ms\n";
+        if (std::string(e).find("source") != std::string::npos) std::cerr << numbered(source);
+      }
       std::error_code ec;
       fs::create_directories(dir, ec);
       fs::path tmp = file;
