@@ -1,6 +1,7 @@
 #include "nn/optim.h"
 
 #include <Eigen/Core>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -65,23 +66,49 @@ struct AdamScalars {
 // parameters and their state crosses the memory bus once per step.
 constexpr int64_t kAdamBlock = 1024;
 
-// p, g, m, v: (n), n <= kAdamBlock.  Eigen's arrays vectorize sqrt and the
-// divisions (a plain loop calling std::sqrt does not, because of errno).  The
-// operations are evaluated in the order of the scalar rule, so f32 results do
-// not depend on the vector width.
+// x[i] = sqrt(x[i]), correctly rounded as std::sqrt is (Eigen's vectorised
+// sqrt is an approximation under its default EIGEN_FAST_MATH, and a plain loop
+// calling std::sqrt does not vectorise because of errno).  x: (n), 64-byte aligned.
+// (GCC 12 warns falsely about the undefined source operand inside its AVX-512 intrinsics.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+template <class T>
+void sqrt_in_place(T* x, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>)
+    for (; i + 16 <= n; i += 16) _mm512_store_ps(x + i, _mm512_sqrt_ps(_mm512_load_ps(x + i)));
+  else
+    for (; i + 8 <= n; i += 8) _mm512_store_pd(x + i, _mm512_sqrt_pd(_mm512_load_pd(x + i)));
+#elif defined(__AVX__)
+  if constexpr (std::is_same_v<T, float>)
+    for (; i + 8 <= n; i += 8) _mm256_store_ps(x + i, _mm256_sqrt_ps(_mm256_load_ps(x + i)));
+  else
+    for (; i + 4 <= n; i += 4) _mm256_store_pd(x + i, _mm256_sqrt_pd(_mm256_load_pd(x + i)));
+#endif
+  for (; i < n; ++i) x[i] = std::sqrt(x[i]);
+}
+#pragma GCC diagnostic pop
+
+// p, g, m, v: (n), n <= kAdamBlock.  The operations are evaluated in the order
+// of the scalar rule (each one IEEE-rounded), so results do not depend on the
+// vector width and match a plain loop to the bit.
 template <class T>
 void adam_block(T* p, const T* g, T* m, T* v, int64_t n, const AdamScalars<T>& c) {
   using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
   Eigen::Map<Array> P(p, n), M(m, n), V(v, n);
-  alignas(64) T decayed[kAdamBlock];
+  alignas(64) T tmp[kAdamBlock];
+  Eigen::Map<Array> Tmp(tmp, n);
   if (c.weight_decay != T(0)) {
-    Eigen::Map<Array>(decayed, n) = Eigen::Map<const Array>(g, n) + c.weight_decay * P;
-    g = decayed;
+    Tmp = Eigen::Map<const Array>(g, n) + c.weight_decay * P;
+    g = tmp;
   }
   Eigen::Map<const Array> G(g, n);
   M += c.one_minus_beta1 * (G - M);  // m moves towards g as torch's lerp_ does it: m + w (g - m)
   V = V * c.beta2 + (c.one_minus_beta2 * G) * G;
-  P += (c.neg_step_size * M) / (V.sqrt() / c.bias_correction2_sqrt + c.eps);
+  Tmp = V;  // g (if it was decayed into tmp) is not needed any more
+  sqrt_in_place(tmp, n);
+  P += (c.neg_step_size * M) / (Tmp / c.bias_correction2_sqrt + c.eps);
 }
 
 // One parameter's share of a step: raw pointers into p, its grad and its state.
