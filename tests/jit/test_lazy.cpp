@@ -329,6 +329,23 @@ static void check_training_matches_eager(int64_t in, const std::vector<int64_t>&
   CHECK(lazy::metrics::counter_value("MarkStep") == steps);
 }
 
+TEST_CASE("lazy: an optimizer's update is laid out after the matmul it needs, as one fused kernel") {
+  fresh();
+  Tensor w = Tensor::randn({16, 12}).to(kLazy).requires_grad_();
+  nn::Adam opt({w}, {.lr = 0.1});
+  Tensor x = Tensor::randn({4, 16}).to(kLazy);
+  volt::matmul(x, w).sum().backward();
+  opt.step();
+  lazy::mark_step();
+  REQUIRE(!lazy::last_compiled_traces().empty());
+  // m, v and w are updated from w's gradient (a matmul) by one chain of
+  // elementwise prims; the chain must not be cut by the matmul's subgraph.
+  int fusions = 0;
+  for (const jit::BoundSymbol& b : lazy::last_compiled_traces().back().bsyms)
+    if (!b.fusion_name.empty() && b.outputs.at(0).sizes() == Shape{16, 12}) ++fusions;
+  CHECK(fusions == 1);
+}
+
 TEST_CASE("lazy: an MLP training step matches eager mode over 20 steps, dropout included") {
   check_training_matches_eager(24, {32, 32, 5}, 0.2, 1e-2);
 }
