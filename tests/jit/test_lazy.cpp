@@ -12,6 +12,7 @@
 #include "nn/loss.h"
 #include "nn/mlp.h"
 #include "nn/optim.h"
+#include "tensor/custom_op.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
@@ -171,6 +172,26 @@ TEST_CASE("lazy: ops with no lowering fall back, counted, with the right values 
   Tensor want = volt::exp(x) * 3.0;
   CHECK(max_abs_diff(xl.grad(), want) < 1e-5);
   lazy::set_forced_fallback({});
+}
+
+TEST_CASE("lazy: a custom op with its own kernel falls back, with its name on the counter") {
+  fresh();
+  CustomOpDef def;
+  def.name = "lazy_test_twice";
+  def.meta = [](const std::vector<Value>& a) {
+    return std::vector<TensorMeta>{{a[0].tensor.sizes(), a[0].tensor.dtype(), a[0].tensor.device()}};
+  };
+  def.kernel = [](const std::vector<Value>& a) {
+    REQUIRE(a[0].tensor.device().is_cpu());  // the fallback hands it data, not lazy tensors
+    auto v = a[0].tensor.to_vector<float>();
+    for (float& x : v) x *= 2;
+    return std::vector<Tensor>{Tensor::from_vector<float>(v, a[0].tensor.sizes())};
+  };
+  const int64_t id = register_custom_op(def);
+  Tensor x = Tensor::from_vector<float>({1, 2, 3}).to(kLazy) + 1.0;
+  Tensor y = dispatch1(custom_call(id, {x})) - 1.0;
+  CHECK(lazy::metrics::counter_value("Fallback.lazy_test_twice") == 1);
+  CHECK(y.to_vector<float>() == std::vector<float>{3, 5, 7});
 }
 
 TEST_CASE("lazy: a graph over the size limit is cut and run") {
