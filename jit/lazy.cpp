@@ -568,6 +568,38 @@ bool lift_scalars(OpId op) {
   return k == OpKind::Binary || k == OpKind::Compare || k == OpKind::Ternary;
 }
 
+// Heavy operands first (see Node::visit_order).
+void order_operands(Node& n) {
+  auto heavy = [](const Operand& o) { return o.kind == Operand::Value && o.value->node && o.value->node->heavy; };
+  n.heavy = !is_elementwise(n.op);
+  for (size_t i = 0; i < n.operands.size(); ++i)
+    if (heavy(n.operands[i])) {
+      n.heavy = true;
+      n.visit_order.push_back(static_cast<uint8_t>(i));
+    }
+  for (size_t i = 0; i < n.operands.size(); ++i)
+    if (!heavy(n.operands[i])) n.visit_order.push_back(static_cast<uint8_t>(i));
+}
+
+// The structural hash of a node: what the graph key spells out, folded into 64
+// bits (random counters and runtime scalar values left out).
+uint64_t node_hash(const Node& n) {
+  uint64_t h = mix(static_cast<uint64_t>(n.op), n.outputs.size());
+  for (const Operand& o : n.operands) {
+    if (o.kind == Operand::Value) h = mix(h, o.value->hash);
+    else if (o.kind == Operand::Undefined) h = mix(h, 7);
+    else if (o.runtime) h = mix(h, 11 + static_cast<uint64_t>(o.runtime_dtype));
+    else h = mix(mix(h, static_cast<uint64_t>(o.scalar.kind)), std::hash<double>{}(o.scalar.value));
+  }
+  const Attrs& a = n.attrs;
+  for (int64_t i : a.ints) h = mix(h, static_cast<uint64_t>(i));
+  h = mix(mix(mix(h, std::hash<double>{}(a.a)), std::hash<double>{}(a.b)),
+          static_cast<uint64_t>(a.dtype) * 2 + a.flag);
+  for (const TensorMeta& m : n.outputs) h = hash_meta(h, m);
+  return h;
+}
+
+// The lazy device's handler (tensor/dispatch.h): a prim on lazy tensors becomes a node.
 std::vector<Tensor> record(const OpCall& call) {
   State& s = S();
   if (call.op == OpId::custom || (!s.forced_fallback.empty() && s.forced_fallback.count(op_name(call.op))))
@@ -606,30 +638,8 @@ std::vector<Tensor> record(const OpCall& call) {
     }
     node->operands.push_back(std::move(o));
   }
-  node->heavy = !is_elementwise(call.op);
-  for (size_t i = 0; i < node->operands.size(); ++i) {
-    const Operand& o = node->operands[i];
-    if (o.kind == Operand::Value && o.value->node && o.value->node->heavy) {
-      node->heavy = true;
-      node->visit_order.push_back(static_cast<uint8_t>(i));
-    }
-  }
-  for (size_t i = 0; i < node->operands.size(); ++i) {
-    const Operand& o = node->operands[i];
-    if (!(o.kind == Operand::Value && o.value->node && o.value->node->heavy))
-      node->visit_order.push_back(static_cast<uint8_t>(i));
-  }
-  uint64_t h = mix(static_cast<uint64_t>(call.op), metas.size());
-  for (const Operand& o : node->operands) {
-    if (o.kind == Operand::Value) h = mix(h, o.value->hash);
-    else if (o.kind == Operand::Undefined) h = mix(h, 7);
-    else if (o.runtime) h = mix(h, 11 + static_cast<uint64_t>(o.runtime_dtype));
-    else h = mix(mix(h, static_cast<uint64_t>(o.scalar.kind)), std::hash<double>{}(o.scalar.value));
-  }
-  for (int64_t i : call.attrs.ints) h = mix(h, static_cast<uint64_t>(i));
-  h = mix(mix(mix(h, std::hash<double>{}(call.attrs.a)), std::hash<double>{}(call.attrs.b)),
-          static_cast<uint64_t>(call.attrs.dtype) * 2 + call.attrs.flag);
-  for (const TensorMeta& m : metas) h = hash_meta(h, m);
+  order_operands(*node);
+  const uint64_t h = node_hash(*node);
   ++s.pending_nodes;
   ++s.nodes_recorded;
   const bool view = op_info(call.op).kind == OpKind::View;
