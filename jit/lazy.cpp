@@ -71,7 +71,14 @@ struct Node {
 
 struct LazyTensor {
   ValuePtr value;
-  bool view = false;  // made by a view op: an in-place write would not reach its base
+  // A view (reshape, permute, expand, narrow of a lazy tensor) remembers its
+  // base and the base's value it was taken from: when the base is written in
+  // place, reading the view replays the view op on the new value, as reading
+  // shared storage would.  Writing into a view is not supported.
+  std::shared_ptr<LazyTensor> base;
+  ValuePtr base_value;
+  OpId view_op = OpId::reshape;
+  Attrs view_attrs;
 };
 
 enum class Reason { ValueNeeded, MarkStep, SizeLimit, Fallback };
@@ -145,8 +152,8 @@ void count(const std::string& name, int64_t by = 1) { S().counters[name] += by; 
 
 // ------------------------------------------------------------ tensors and values
 
-LazyTensor* state_of(const Tensor& t) {
-  auto* st = static_cast<LazyTensor*>(t.impl()->backend_state.get());
+std::shared_ptr<LazyTensor> state_of(const Tensor& t) {
+  auto st = std::static_pointer_cast<LazyTensor>(t.impl()->backend_state);
   VOLT_CHECK(st != nullptr && st->value, "lazy", "tensor " << t.meta_str() << " has no lazy value");
   return st;
 }
@@ -160,11 +167,10 @@ void prune_live() {
 }
 
 // A new lazy tensor holding `value`.
-Tensor wrap(ValuePtr value, bool view = false) {
+Tensor wrap(ValuePtr value, std::shared_ptr<LazyTensor> st = nullptr) {
   Tensor t = Tensor::proxy(value->meta.sizes, value->meta.dtype, kLazy);
-  auto st = std::make_shared<LazyTensor>();
+  if (!st) st = std::make_shared<LazyTensor>();
   st->value = std::move(value);
-  st->view = view;
   State& s = S();
   s.live.push_back(st);
   if (s.live.size() > 2 * s.live_after_prune + 4096) prune_live();
@@ -194,10 +200,12 @@ Tensor own_copy(const Tensor& t) {
   return t.device() == dev ? t.clone() : t.to(dev);
 }
 
+ValuePtr current(LazyTensor& st);
+
 // The value an op argument stands for: a lazy tensor's, or a zero-dim CPU
 // tensor taken in as data (PyTorch lets those join any device).
 ValuePtr value_of(const Tensor& t) {
-  if (t.device().is_lazy()) return state_of(t)->value;
+  if (t.device().is_lazy()) return current(*state_of(t));
   VOLT_CHECK(t.dim() == 0 && t.has_data(), "lazy",
              "expected lazy tensors or zero-dim CPU tensors, got " << t.meta_str());
   return data_value(own_copy(t));
@@ -528,7 +536,8 @@ void run_live(Reason why) {
   prune_live();
   std::vector<ValuePtr> values;
   for (const auto& w : s.live)
-    if (auto st = w.lock(); st && st->value && st->value->node) values.push_back(st->value);
+    if (auto st = w.lock(); st && st->value)
+      if (ValuePtr v = current(*st); v->node) values.push_back(std::move(v));
   s.pending_nodes = 0;
   run_graph(std::move(values), why);
 }
@@ -546,11 +555,11 @@ std::vector<Tensor> fallback(const OpCall& call) {
   count(std::string("Fallback.") + op_name(call));
   std::vector<ValuePtr> pending;
   for (const Value& v : call.args)
-    if (v.is_tensor && v.tensor.defined() && v.tensor.device().is_lazy()) pending.push_back(state_of(v.tensor)->value);
+    if (v.is_tensor && v.tensor.defined() && v.tensor.device().is_lazy()) pending.push_back(current(*state_of(v.tensor)));
   run_graph(pending, Reason::Fallback);
   OpCall c = call;
   for (Value& v : c.args)
-    if (v.is_tensor && v.tensor.defined() && v.tensor.device().is_lazy()) v.tensor = state_of(v.tensor)->value->data;
+    if (v.is_tensor && v.tensor.defined() && v.tensor.device().is_lazy()) v.tensor = current(*state_of(v.tensor))->data;
   if (c.attrs.device.is_lazy()) c.attrs.device = S().backend;
   std::vector<Tensor> outs;
   {
@@ -599,6 +608,25 @@ uint64_t node_hash(const Node& n) {
   return h;
 }
 
+// Gives a node (operands and outputs filled in) its layout and hash, and its output values.
+std::vector<ValuePtr> add_node(const std::shared_ptr<Node>& node) {
+  State& s = S();
+  order_operands(*node);
+  const uint64_t h = node_hash(*node);
+  ++s.pending_nodes;
+  ++s.nodes_recorded;
+  std::vector<ValuePtr> values;
+  for (size_t i = 0; i < node->outputs.size(); ++i) {
+    auto v = std::make_shared<LazyValue>();
+    v->meta = node->outputs[i];
+    v->node = node;
+    v->output = static_cast<int>(i);
+    v->hash = mix(h, i);
+    values.push_back(std::move(v));
+  }
+  return values;
+}
+
 // The lazy device's handler (tensor/dispatch.h): a prim on lazy tensors becomes a node.
 std::vector<Tensor> record(const OpCall& call) {
   State& s = S();
@@ -638,25 +666,45 @@ std::vector<Tensor> record(const OpCall& call) {
     }
     node->operands.push_back(std::move(o));
   }
-  order_operands(*node);
-  const uint64_t h = node_hash(*node);
-  ++s.pending_nodes;
-  ++s.nodes_recorded;
-  const bool view = op_info(call.op).kind == OpKind::View;
+  std::vector<ValuePtr> values = add_node(node);
   std::vector<Tensor> outs;
-  for (size_t i = 0; i < metas.size(); ++i) {
-    auto v = std::make_shared<LazyValue>();
-    v->meta = metas[i];
-    v->node = node;
-    v->output = static_cast<int>(i);
-    v->hash = mix(h, i);
-    outs.push_back(wrap(std::move(v), view));
+  const Value& a0 = call.args.empty() ? Value(0.0) : call.args[0];
+  const bool view = op_info(call.op).kind == OpKind::View && a0.is_tensor && a0.tensor.device().is_lazy();
+  for (ValuePtr& v : values) {
+    std::shared_ptr<LazyTensor> st;
+    if (view) {
+      st = std::make_shared<LazyTensor>();
+      st->base = state_of(a0.tensor);
+      st->base_value = node->operands[0].value;
+      st->view_op = call.op;
+      st->view_attrs = call.attrs;
+    }
+    outs.push_back(wrap(std::move(v), std::move(st)));
   }
   return outs;
 }
 
+// A view's value now: the view op replayed if its base was written since.
+ValuePtr current(LazyTensor& st) {
+  if (!st.base) return st.value;
+  ValuePtr b = current(*st.base);
+  if (b != st.base_value) {
+    auto n = std::make_shared<Node>();
+    n->op = st.view_op;
+    n->attrs = st.view_attrs;
+    n->outputs = {st.value->meta};
+    Operand o;
+    o.kind = Operand::Value;
+    o.value = b;
+    n->operands.push_back(std::move(o));
+    st.value = add_node(n).at(0);
+    st.base_value = std::move(b);
+  }
+  return st.value;
+}
+
 double item(const Tensor& t) {
-  return data_of(state_of(t)->value, Reason::ValueNeeded).item_double();
+  return data_of(current(*state_of(t)), Reason::ValueNeeded).item_double();
 }
 
 // The lazy device's side of Tensor::to and copy_.
@@ -674,7 +722,7 @@ class LazyBackend final : public Backend {
   void copy(const Tensor& dst, const Tensor& src) override {
     if (!dst.device().is_lazy()) {
       // To another device: the value is needed now.
-      const Tensor& d = data_of(state_of(src)->value, Reason::ValueNeeded);
+      const Tensor& d = data_of(current(*state_of(src)), Reason::ValueNeeded);
       count("Transfer.to_host");
       if (dst.device() == d.device()) {
         Backend* be = backend_for(dst.device().type);
@@ -688,12 +736,12 @@ class LazyBackend final : public Backend {
     VOLT_CHECK(dst.sizes() == src.sizes() && dst.dtype() == src.dtype(), "copy_",
                "lazy copy from " << src.meta_str() << " into " << dst.meta_str());
     auto* st = static_cast<LazyTensor*>(dst.impl()->backend_state.get());
-    VOLT_CHECK(!(st && st->view), "copy_",
+    VOLT_CHECK(!(st && st->base), "copy_",
                "writing in place into a view of a lazy tensor is not supported (its base would not "
                "see the write); write into the base tensor instead");
     ValuePtr v;
     if (src.device().is_lazy()) {
-      v = state_of(src)->value;
+      v = current(*state_of(src));
     } else {
       count("Transfer.to_lazy");
       v = data_value(own_copy(src));
@@ -733,7 +781,7 @@ void wait_device_ops() {
 void sync(const std::vector<Tensor>& tensors) {
   std::vector<ValuePtr> values;
   for (const Tensor& t : tensors)
-    if (t.defined() && t.device().is_lazy()) values.push_back(state_of(t)->value);
+    if (t.defined() && t.device().is_lazy()) values.push_back(current(*state_of(t)));
   run_graph(std::move(values), Reason::ValueNeeded);
 }
 
@@ -778,7 +826,7 @@ static std::vector<ValuePtr> values_for_hash(const std::vector<Tensor>& tensors)
   for (const Tensor& t : tensors) {
     VOLT_CHECK(t.defined() && t.device().is_lazy(), "lazy::graph_hash",
                "expected lazy tensors, got " << (t.defined() ? t.meta_str() : std::string("undefined")));
-    v.push_back(state_of(t)->value);
+    v.push_back(current(*state_of(t)));
   }
   return v;
 }
@@ -804,7 +852,7 @@ const std::vector<jit::Trace>& last_compiled_traces() {
 
 bool has_value(const Tensor& t) {
   VOLT_CHECK(t.defined() && t.device().is_lazy(), "lazy::has_value", "expected a lazy tensor");
-  return state_of(t)->value->node == nullptr;
+  return current(*state_of(t))->node == nullptr;
 }
 
 namespace metrics {

@@ -31,10 +31,12 @@
 // tensors, so the backward pass lands in the same graph.  In-place ops
 // (optimizer steps, gradient accumulation) give the tensor a new pending value.
 //
+// A view of a lazy tensor sees later in-place writes to its base (reading it
+// replays the view op on the base's new value), as shared storage would.
+//
 // Limits: one thread records; writing in place into a view of a lazy tensor is
-// an error (its base would not see the write), and a view taken before an
-// in-place write to its base keeps the old value; a graph's random draws must
-// all use one seed (call mark_step() before manual_seed()).
+// an error (its base would not see the write); a graph's random draws must all
+// use one seed (call mark_step() before manual_seed()).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -251,6 +251,20 @@ TEST_CASE("lazy: the CUDA backend runs the same graph as the CPU one") {
   lazy::set_backend(kCPU);
 }
 
+TEST_CASE("lazy: a view sees in-place writes to its base, as shared storage would") {
+  fresh();
+  Tensor a0 = Tensor::arange(6, DType::f32).reshape({2, 3});
+  Tensor a = a0.to(kLazy);
+  Tensor row = a.select(0, 1), at = a.t();
+  Tensor before = row * 1.0;  // computed from the old value: keeps it
+  a.add_(10.0);
+  CHECK(row.to_vector<float>() == std::vector<float>{13, 14, 15});
+  CHECK(at.to_vector<float>() == std::vector<float>{10, 13, 11, 14, 12, 15});
+  CHECK(before.to_vector<float>() == std::vector<float>{3, 4, 5});
+  a.mul_(2.0);
+  CHECK(row.to_vector<float>() == std::vector<float>{26, 28, 30});
+}
+
 TEST_CASE("lazy: writing in place into a view is an error that says why") {
   fresh();
   Tensor a = Tensor::zeros({2, 3}).to(kLazy);
