@@ -790,9 +790,10 @@ void set_backend(Device device) {
              "expected cpu or cuda, got " << device.str());
   VOLT_CHECK(device.is_cpu() || cuda::is_available(), "lazy::set_backend",
              "device " << device.str() << " is not available (no CUDA backend in this build, or no GPU)");
+  if (device == S().backend) return;
   run_live(Reason::MarkStep);  // pending graphs finish where they were recorded for
   S().backend = device;
-  clear_cache();
+  clear_cache();  // compiled graphs are for one device
 }
 Device backend() { return S().backend; }
 
