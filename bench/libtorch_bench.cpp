@@ -4,7 +4,11 @@
 // backward, step), the same synthetic batches (std::mt19937 with the seeds
 // volt_bench uses) and the same timing rule, on LibTorch's CPU backend.
 //
-//   libtorch_bench [--batch 8,256] [--steps N] [--no-eval] [--json]
+//   libtorch_bench [--batch 8,256] [--steps N] [--threads N] [--no-eval] [--json]
+//
+// Threads: Debian's LibTorch starts with one intra-op thread on this kind of
+// machine; it is given what volt's OpenMP uses, $OMP_NUM_THREADS or else one per
+// core, unless --threads says otherwise.
 //
 // Built only with -DVOLT_BENCH_LIBTORCH=ON (see bench/README.md); volt_bench
 // runs it from its own folder when it is there.
@@ -13,10 +17,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using Clock = std::chrono::steady_clock;
@@ -119,6 +125,8 @@ int main(int argc, char** argv) {
   std::vector<int64_t> batches = {8, 64, 256, 1024};
   int64_t steps = 0;
   bool json = false, eval = true;
+  int threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (const char* e = std::getenv("OMP_NUM_THREADS")) threads = std::atoi(e);
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--batch" && i + 1 < argc) {
@@ -127,15 +135,20 @@ int main(int argc, char** argv) {
       for (std::string b; std::getline(ss, b, ',');) batches.push_back(std::stoll(b));
     } else if (a == "--steps" && i + 1 < argc) {
       steps = std::stoll(argv[++i]);
+    } else if (a == "--threads" && i + 1 < argc) {
+      threads = std::stoi(argv[++i]);
     } else if (a == "--json") {
       json = true;
     } else if (a == "--no-eval") {
       eval = false;
     } else {
-      std::fprintf(stderr, "usage: libtorch_bench [--batch LIST] [--steps N] [--no-eval] [--json]\n");
+      std::fprintf(stderr, "usage: libtorch_bench [--batch LIST] [--steps N] [--threads N] [--no-eval] [--json]\n");
       return 2;
     }
   }
+  if (threads > 0) torch::set_num_threads(threads);
+  std::fprintf(stderr, "libtorch_bench: LibTorch %s, %d intra-op threads\n", TORCH_VERSION,
+               torch::get_num_threads());
   for (int64_t batch : batches) {
     auto net = make_model();
     net->train();
