@@ -82,6 +82,7 @@ struct Options {
   bool extras = true;          // first call, overhead, bandwidth, RSS
   std::string libtorch;        // path of libtorch_bench; "" = next to volt_bench if built
   bool no_libtorch = false;
+  std::string pytorch;         // path of bench/pytorch_bench.py, run when given
   std::string data_dir;        // MNIST batches instead of synthetic ones
   int64_t first_call_batch = -1;  // internal: child process measuring one first call
   std::string first_call_device = "cpu";
@@ -99,6 +100,7 @@ const char* kUsage =
     "  --no-extras        skip first-call, overhead, bandwidth and memory figures\n"
     "  --libtorch PATH    the libtorch_bench binary to compare with (default: next to volt_bench)\n"
     "  --no-libtorch      do not run LibTorch\n"
+    "  --pytorch PATH     also run bench/pytorch_bench.py (with $VOLT_PYTHON, default /usr/bin/python3)\n"
     "  --json             print one JSON array instead of tables\n"
     "  --smoke            every cell, few steps, no LibTorch, no cold compile (for ./test.sh)\n"
     "  --help             this text\n";
@@ -166,6 +168,8 @@ Options parse_args(int argc, char** argv) {
       o.libtorch = next();
     } else if (arg == "--no-libtorch") {
       o.no_libtorch = true;
+    } else if (arg == "--pytorch") {
+      o.pytorch = next();
     } else if (arg == "--json") {
       o.json = true;
     } else if (arg == "--smoke") {
@@ -191,6 +195,7 @@ Options parse_args(int argc, char** argv) {
     if (!steps_given) o.steps = 2;
     if (o.warmup < 0) o.warmup = 1;
     o.no_libtorch = true;
+    o.pytorch.clear();
   }
   return o;
 }
@@ -636,18 +641,18 @@ Metric measure_cuda_memory() {
 }
 #endif
 
-// LibTorch on the same cells (bench/libtorch_bench.cpp): run as a child process
-// so that its threads and allocator do not share volt's process.
-std::vector<Cell> run_libtorch(const std::string& path, const Options& o) {
-  std::string cmd = "'" + path + "' --json --batch ";
+// A baseline on the same cells (bench/libtorch_bench.cpp, bench/pytorch_bench.py),
+// run as a child process so that its threads and allocator do not share volt's
+// process; it prints one JSON object per line with the keys of a Cell.
+std::vector<Cell> run_baseline(const std::string& command, const Options& o) {
+  std::string cmd = command + " --json --batch ";
   for (size_t i = 0; i < o.batches.size(); ++i) cmd += (i ? "," : "") + std::to_string(o.batches[i]);
   if (o.steps > 0) cmd += " --steps " + std::to_string(o.steps);
-  if (!o.eval) cmd += " --no-eval";
   int status = 0;
   const std::string out = run_capture(cmd, &status);
   std::vector<Cell> cells;
   if (status != 0) {
-    std::cerr << "volt_bench: " << path << " failed (status " << status << ")\n";
+    std::cerr << "volt_bench: " << command << " failed (status " << status << ")\n";
     return cells;
   }
   std::stringstream ss(out);
@@ -780,10 +785,18 @@ int main(int argc, char** argv) {
       if (path.empty()) path = (std::filesystem::path(self_path()).parent_path() / "libtorch_bench").string();
       if (::access(path.c_str(), X_OK) == 0) {
         if (!o.json) std::fprintf(stderr, "volt_bench: running %s\n", path.c_str());
-        for (Cell& c : run_libtorch(path, o)) cells.push_back(c);
+        std::string cmd = "'" + path + "'";
+        if (!o.eval) cmd += " --no-eval";
+        for (Cell& c : run_baseline(cmd, o)) cells.push_back(c);
       } else if (!o.libtorch.empty()) {
         usage_error("--libtorch: cannot run " + o.libtorch);
       }
+    }
+    if (!o.pytorch.empty() && cpu_asked) {
+      const char* py = std::getenv("VOLT_PYTHON");
+      if (!o.json) std::fprintf(stderr, "volt_bench: running %s\n", o.pytorch.c_str());
+      for (Cell& c : run_baseline(std::string(py ? py : "/usr/bin/python3") + " '" + o.pytorch + "'", o))
+        cells.push_back(c);
     }
 
     if (o.extras) {

@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""The PyTorch (Python) baseline: the model, recipe and timing rule of
+bench/volt_bench.cpp and bench/libtorch_bench.cpp, through Debian's
+python3-torch (CPU).
+
+    /usr/bin/python3 bench/pytorch_bench.py [--batch 8,256] [--steps N] [--threads N] [--json]
+
+The batches are drawn by torch's own generator (same distribution as the C++
+benches, not the same numbers; the timing does not depend on them).  Threads:
+$OMP_NUM_THREADS, else one per core, as volt's OpenMP uses.
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+from torch import nn
+
+FEATURES, CLASSES, HELD = 784, 10, 8
+
+
+def make_model():
+    # torchvision.ops.MLP(784, [784, 784, 784, 28, 10], dropout=0.1): Linear, ReLU,
+    # Dropout per hidden layer, then Linear, Dropout.
+    torch.manual_seed(0)
+    widths = [784, 784, 784, 784, 28, 10]
+    layers = []
+    for i in range(len(widths) - 1):
+        layers.append(nn.Linear(widths[i], widths[i + 1]))
+        if i + 2 < len(widths):
+            layers.append(nn.ReLU())
+        layers.append(nn.Dropout(0.1))
+    return nn.Sequential(*layers)
+
+
+def time_steps(step, steps):
+    """Warm up, then time single steps: exactly `steps`, or at least 20 and 1 s
+    until the second half's median agrees with the whole run's within 2 %."""
+    t0 = time.perf_counter()
+    done = 0
+    while done < 3 or (done < 50 and time.perf_counter() - t0 < 0.2):
+        step()
+        done += 1
+    us = []
+    start = time.perf_counter()
+    while True:
+        if steps > 0 and len(us) >= steps:
+            break
+        if steps <= 0 and len(us) >= 20 and time.perf_counter() - start > 1.0:
+            whole = statistics.median(us)
+            late = statistics.median(us[len(us) // 2:])
+            if abs(late - whole) <= 0.02 * whole or len(us) >= 3000 or time.perf_counter() - start > 10:
+                break
+        s = time.perf_counter()
+        step()
+        us.append((time.perf_counter() - s) * 1e6)
+    return len(us), statistics.median(us), min(us)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", default="8,64,256,1024")
+    ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    for batch in [int(b) for b in a.batch.split(",")]:
+        net = make_model().train()
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+        loss_fn = nn.CrossEntropyLoss()
+        gen = torch.Generator().manual_seed(1000)
+        data = [(torch.rand(batch, FEATURES, generator=gen), torch.randint(0, CLASSES, (batch,), generator=gen))
+                for _ in range(HELD)]
+        k = [0]
+
+        def train_step():
+            x, y = data[k[0] % HELD]
+            k[0] += 1
+            loss = loss_fn(net(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+        def eval_step():
+            x, _ = data[k[0] % HELD]
+            k[0] += 1
+            net(x)
+
+        results = [("train", time_steps(train_step, a.steps))]
+        net.eval()
+        with torch.no_grad():
+            results.append(("eval", time_steps(eval_step, a.steps)))
+        for phase, (n, median, least) in results:
+            cell = {"mode": "pytorch", "device": "cpu", "phase": phase, "batch": batch, "steps": n,
+                    "median_us": round(median, 2), "min_us": round(least, 2),
+                    "steps_per_s": round(1e6 / median, 2), "samples_per_s": round(1e6 / median * batch, 1)}
+            if a.json:
+                print(json.dumps(cell, separators=(",", ":")), flush=True)
+            else:
+                print(f"pytorch cpu {phase:5} batch {batch:5}: median {median:10.1f} us, min {least:10.1f} us, "
+                      f"{1e6 / median:9.1f} steps/s, {1e6 / median * batch:10.0f} samples/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
