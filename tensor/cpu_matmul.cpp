@@ -46,7 +46,7 @@ constexpr int64_t kSkinny = 16;  // m (or k, for the rank-k update) up to this
 constexpr int kLanes = 16;       // elements per vector register tile (one 64-byte line of f32)
 
 // Above this many multiply-adds a skinny product splits its columns over threads.
-constexpr int64_t kSkinnyParallelWork = int64_t(1) << 23;
+constexpr int64_t kSkinnyParallelWork = int64_t(1) << 21;
 
 // C[0:MR, 0:COLS] = A[0:MR, 0:k] B[0:k, 0:COLS] (+ bias) where B rows are
 // contiguous (bcs == 1); A may have any strides.  COLS is kLanes except for the
