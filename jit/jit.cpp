@@ -41,11 +41,12 @@ JitFunction JitFunction::transformed(CallTransform t) const {
 }
 
 // Everything a trace depends on besides values: metadata of every input and
-// parameter, the training flag, grad mode, the executors.
+// parameter (contiguous or not, since an executor's checker may ask), the training flag, grad mode, the executors.
 std::string JitFunction::key_for(const std::vector<Tensor>& args) const {
   std::ostringstream os;
   auto add = [&](const char* what, size_t i, const Tensor& t) {
-    os << what << i << "=" << t.meta_str() << (t.requires_grad() ? ",grad" : "") << ";";
+    os << what << i << "=" << t.meta_str() << (t.is_contiguous() ? "" : ",strided") << (t.requires_grad() ? ",grad" : "")
+       << ";";
   };
   for (size_t i = 0; i < args.size(); ++i) add("input", i, args[i]);
   for (size_t i = 0; i < captured_.size(); ++i) add("param", i, captured_[i]);
@@ -64,6 +65,7 @@ uint64_t JitFunction::hash_for(const std::vector<Tensor>& args) const {
     mix(static_cast<uint64_t>(t.dtype()));
     mix(static_cast<uint64_t>(t.device().type) * 64 + static_cast<uint64_t>(t.device().index));
     mix(t.requires_grad());
+    mix(t.is_contiguous());  // checkers may accept only one layout
   };
   mix(args.size());
   for (const Tensor& t : args) add(t);

@@ -128,6 +128,9 @@ TraceResult trace_function(const std::function<std::vector<Tensor>(const std::ve
   for (size_t i = 0; i < inputs.size(); ++i) {
     Tensor p = r.names->make({inputs[i].sizes(), inputs[i].dtype(), inputs[i].device()}, r.names.get(),
                              i < names.size() ? names[i] : "t_" + std::to_string(i));
+    // The proxy keeps the input's layout, so an executor's checker sees whether
+    // it is contiguous (the cache key includes that too).
+    p.impl()->strides = inputs[i].strides();
     proxies.push_back(p);
   }
   std::vector<Tensor> all_proxies = captured_proxies, all_values = captured;

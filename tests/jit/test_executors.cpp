@@ -261,3 +261,38 @@ TEST_CASE("executors: a prim declared by its meta function, with a registered gr
   CHECK(r[0].item<float>() == 14.0f);
   CHECK(r[1].to_vector<float>() == std::vector<float>{2, -4, 6});
 }
+
+TEST_CASE("executors: a checker that accepts one layout is asked again when the layout changes") {
+  OperatorExecutor myex("myex_layout", "0.1");
+  int calls = 0;
+  auto multimul = myex.register_operator(
+      "multimul", {.like = multimul_like, .fn = [&](const std::vector<Value>& v) {
+                     ++calls;
+                     return multimul_impl(v);
+                   }});
+  auto contiguous_only = [](const std::vector<Value>& v) {
+    for (const Value& x : v)
+      if (x.is_tensor && !x.tensor.is_contiguous()) return false;
+    return true;
+  };
+  myex.register_implementation(OpId::mul, {.checker = contiguous_only,
+                                           .execution_transform = [&](const std::vector<Value>& v) {
+                                             return std::vector<Tensor>{multimul(v[0], v[1], 0, 0)[0]};
+                                           }});
+  auto cmul = jit::jit(mul_fn, {.executors = {myex}});
+  manual_seed(3);
+  Tensor a = Tensor::randn({3, 3}), b = Tensor::randn({3, 3});
+  CHECK(max_diff(cmul({a, b})[0], mul(a, b)) == 0.0);
+  CHECK(calls == 1);
+  // Same shape, dtype and device, but a transposed view: the cached trace was
+  // claimed for contiguous inputs only, so the call must trace again.
+  Tensor at = a.t();
+  REQUIRE_FALSE(at.is_contiguous());
+  CHECK(max_diff(cmul({at, b})[0], mul(at, b)) == 0.0);
+  CHECK(jit::cache_misses(cmul) == 2);
+  CHECK(calls == 1);
+  CHECK(jit::last_traces(cmul).back().str().find("multimul") == std::string::npos);
+  cmul({a, b});
+  CHECK(jit::cache_hits(cmul) == 1);
+  CHECK(calls == 2);
+}
