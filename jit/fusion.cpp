@@ -125,7 +125,7 @@ using std::exp; using std::log; using std::sqrt; using std::tanh; using std::pow
 #define VOLT_KERNEL(name) extern "C" void name(long long n, void* const* args, \
     unsigned long long rng_seed, unsigned long long rng_offset)
 #define VOLT_LOOP(i, n) (void)rng_seed; (void)rng_offset; \
-    _Pragma("omp parallel for if (n > 65536)") for (long long i = 0; i < n; ++i)
+    _Pragma("omp parallel for simd if (n > 65536)") for (long long i = 0; i < n; ++i)
 )volt";
 
 uint64_t fnv1a(const std::string& s) {
@@ -302,7 +302,7 @@ bool CpuFusionExecutor::compile(Trace& t) const {
   for (const BoundSymbol& b : t.bsyms)
     if (b.kernel && b.executor == this) body += b.kernel->source + "\n";
   if (body.empty()) return true;
-  const std::string flags = "-O3 -march=native -ffp-contract=off -fopenmp -shared -fPIC";
+  const std::string flags = "-O3 -march=native -ffp-contract=off -fno-math-errno -fopenmp -shared -fPIC";
   std::string source = std::string(kHostPrelude) + "#define VOLT_HD\n" + kPhiloxSource + "\n" + body;
   std::string cxx = compiler();
   std::ostringstream key;
