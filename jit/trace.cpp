@@ -1,6 +1,7 @@
 #include "jit/trace.h"
 
 #include <sstream>
+#include <unordered_set>
 
 #include "tensor/custom_op.h"
 
@@ -91,7 +92,11 @@ std::string outputs_str(const ProxyNames& names, const std::vector<Tensor>& outs
   return r + ")";
 }
 
-void print_bsym(std::ostream& os, const ProxyNames& names, const BoundSymbol& b, int depth) {
+// `used`: the proxies some top-level line reads or the trace returns.  An
+// output of a multi-output line that nothing uses prints as `_`, and the part
+// of the decomposition that only computes it is left out, as Thunder does.
+void print_bsym(std::ostream& os, const ProxyNames& names, const BoundSymbol& b, int depth,
+                const std::unordered_set<int64_t>* used = nullptr) {
   std::string indent(2 + 2 * depth, ' ');
   if (!b.fusion_name.empty()) {
     std::string outs = "(";
@@ -102,11 +107,25 @@ void print_bsym(std::ostream& os, const ProxyNames& names, const BoundSymbol& b,
     for (const BoundSymbol& s : b.subsymbols) print_bsym(os, names, s, depth + 1);
   } else {
   bool as_prim = b.call.op != OpId::custom && is_prim(b.call.op) && b.subsymbols.empty();
-  os << indent << (depth > 0 ? "# " : "") << outputs_str(names, b.outputs) << " = "
-     << call_str(names, b.call, as_prim);
+  std::unordered_set<int64_t> unused;
+  if (used && b.outputs.size() > 1)
+    for (const Tensor& o : b.outputs)
+      if (!used->count(id_of(o))) unused.insert(id_of(o));
+  std::string outs = outputs_str(names, b.outputs);
+  if (!unused.empty()) {
+    outs = "(";
+    for (size_t i = 0; i < b.outputs.size(); ++i)
+      outs += (i ? ", " : "") + (unused.count(id_of(b.outputs[i])) ? std::string("_") : names.name(b.outputs[i]));
+    outs += ")";
+  }
+  os << indent << (depth > 0 ? "# " : "") << outs << " = " << call_str(names, b.call, as_prim);
   if (b.outputs.size() == 1) os << "  # " << type_comment(names, b.outputs[0]);
   os << "\n";
-  for (const BoundSymbol& s : b.subsymbols) print_bsym(os, names, s, depth + 1);
+  for (const BoundSymbol& s : b.subsymbols) {
+    bool only_unused = !s.outputs.empty();
+    for (const Tensor& o : s.outputs) only_unused = only_unused && unused.count(id_of(o));
+    if (!only_unused) print_bsym(os, names, s, depth + 1);
+  }
   }
   if (!b.del_after.empty()) {
     os << indent << "del [";
@@ -149,7 +168,11 @@ std::string Trace::str() const {
   for (const Guard& g : guards)
     os << "  # guard: " << names->name(g.value) << ".item() == " << python_float_repr(g.expected)
        << " (other values trace again)\n";
-  for (const BoundSymbol& b : bsyms) print_bsym(os, *names, b, 0);
+  std::unordered_set<int64_t> used;
+  for (const BoundSymbol& b : bsyms)
+    for (const Tensor& t : tensor_args(b)) used.insert(id_of(t));
+  for (const Tensor& t : outputs) used.insert(id_of(t));
+  for (const BoundSymbol& b : bsyms) print_bsym(os, *names, b, 0, &used);
   if (kind == Kind::AugmentedForward) {
     std::string out = names_list(*names, outputs, 0, split);
     os << "  return {'output': " << out << ", 'flat_args': [" << names_list(*names, inputs, 0, inputs.size())
