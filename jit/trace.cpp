@@ -19,10 +19,7 @@ Tensor ProxyNames::make(const TensorMeta& m, const void* owner, std::string name
   Tensor p = Tensor::proxy(m.sizes, m.dtype, m.device);
   p.impl()->proxy_id = static_cast<int64_t>(names_.size());
   p.impl()->proxy_owner = owner;
-  if (name.empty()) {
-    name = "t";
-    name += std::to_string(next_++);
-  }
+  if (name.empty()) name = std::to_string(next_++).insert(0, 1, 't');
   names_.push_back(std::move(name));
   return p;
 }
