@@ -56,12 +56,23 @@ struct Registrar {
   Registrar() { set_grad_hook(&record); }
 } g_registrar;
 
-void accumulate(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
-  Tensor grad = g;
+// `grad` is taken by value: a caller that moves its gradient in lets it be
+// kept without a copy when nothing else can see it.
+void accumulate(const std::shared_ptr<TensorImpl>& leaf, Tensor grad) {
   if (grad.sizes() != leaf->sizes) grad = sum_to(grad, leaf->sizes);
   if (grad.dtype() != leaf->dtype) grad = grad.to(leaf->dtype);
   if (!leaf->grad) {
-    // A fresh tensor: the leaf must not alias a gradient that lives in the graph.
+    // The leaf must not alias a gradient that lives on in the graph, so it gets
+    // a fresh tensor, unless this one is already private: no other handle to
+    // it, no other view of its storage, contiguous, and no history of its own
+    // (PyTorch's AccumulateGrad steals such a gradient the same way).
+    const TensorImpl& g = *grad.impl();
+    bool sole = grad.impl_ptr().use_count() == 1 && g.storage && g.storage.use_count() == 1 &&
+                grad.is_contiguous() && !g.grad_fn && !g.requires_grad;
+    if (sole) {
+      leaf->grad = std::move(grad).impl_ptr();
+      return;
+    }
     Tensor c = grad.contiguous();
     leaf->grad = (c.is_same(grad) ? grad.clone() : c).impl_ptr();
   } else {
@@ -109,7 +120,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
       Tensor& p = pending[r.impl()->grad_fn.get()];
       p = p.defined() ? add(p, g) : g;
     } else {
-      accumulate(r.impl_ptr(), g);
+      accumulate(r.impl_ptr(), std::move(g));
     }
   }
   for (const auto& node : order) {
@@ -122,7 +133,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
       const Edge& e = node->next[i];
       if (!e.valid() || !in_grads[i].defined()) continue;
       if (e.leaf) {
-        accumulate(e.leaf, in_grads[i]);
+        accumulate(e.leaf, std::move(in_grads[i]));
       } else {
         Tensor& p = pending[e.node.get()];
         p = p.defined() ? add(p, in_grads[i]) : in_grads[i];

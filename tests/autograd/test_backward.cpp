@@ -233,3 +233,33 @@ TEST_CASE("a long chain backpropagates without recursion") {
   y.backward();
   CHECK(x.grad().item<double>() == doctest::Approx(std::pow(1.0001, 5000)));
 }
+
+TEST_CASE("backward: a leaf's .grad never aliases a tensor someone else holds") {
+  Tensor x = Tensor::from_vector<float>({1, 2, 3});
+  x.requires_grad_();
+  // The gradient the caller passes reaches x unchanged through `x + 0`'s VJP:
+  // x.grad must be a copy, or writing into g would change it.
+  Tensor y = add(x, 0.0);
+  Tensor g = Tensor::from_vector<float>({1, 1, 1});
+  y.backward(g, /*retain_graph=*/true);
+  g.fill_(100.0);
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{1, 1, 1});
+  // A second backward accumulates in place into x's own gradient.
+  y.backward(Tensor::from_vector<float>({1, 2, 3}));
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{2, 3, 4});
+  CHECK(g.to_vector<float>() == std::vector<float>{100, 100, 100});
+
+  // A gradient computed inside backward (x * w) and a leaf passed directly.
+  Tensor w = Tensor::from_vector<float>({2, 2, 2});
+  w.requires_grad_();
+  Tensor z = mul(x, w).sum();
+  z.backward();
+  CHECK(w.grad().to_vector<float>() == std::vector<float>{1, 2, 3});
+  CHECK_FALSE(w.grad().is_same(x));
+  Tensor l = Tensor::from_vector<float>({5});
+  l.requires_grad_();
+  Tensor seed = Tensor::from_vector<float>({7});
+  l.backward(seed);
+  seed.fill_(0.0);
+  CHECK(l.grad().to_vector<float>() == std::vector<float>{7});
+}
