@@ -14,6 +14,8 @@
 // runs it from its own folder when it is there.
 #include <torch/torch.h>
 
+#include "timing.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,54 +27,16 @@
 #include <thread>
 #include <vector>
 
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::time_steps;
+using bench::Timing;
+using bench::us_since;
 
 namespace {
 
 constexpr int64_t kFeatures = 784, kClasses = 10;
 constexpr int kBatchesHeld = 8;
 
-double us_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-}
-
-struct Timing {
-  int64_t steps = 0;
-  double median_us = 0, min_us = 0;
-};
-
-Timing summarize(std::vector<double> us) {
-  Timing t;
-  t.steps = static_cast<int64_t>(us.size());
-  if (us.empty()) return t;
-  std::sort(us.begin(), us.end());
-  t.min_us = us.front();
-  const size_t n = us.size();
-  t.median_us = n % 2 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
-  return t;
-}
-
-// The rule of bench/volt_bench.cpp: warm up, then at least 20 steps and 1 s,
-// until the second half's median agrees with the whole run's within 2 %.
-Timing time_steps(const std::function<void()>& step, int64_t steps) {
-  const auto w0 = Clock::now();
-  int64_t done = 0;
-  while (done < 3 || (done < 50 && us_since(w0) < 2e5)) step(), ++done;
-  std::vector<double> us;
-  const auto t0 = Clock::now();
-  for (;;) {
-    if (steps > 0 && static_cast<int64_t>(us.size()) >= steps) break;
-    if (steps <= 0 && us.size() >= 20 && us_since(t0) > 1e6) {
-      const double all = summarize(us).median_us;
-      const double late = summarize({us.begin() + us.size() / 2, us.end()}).median_us;
-      if (std::abs(late - all) <= 0.02 * all || us.size() >= 3000 || us_since(t0) > 1e7) break;
-    }
-    const auto s0 = Clock::now();
-    step();
-    us.push_back(us_since(s0));
-  }
-  return summarize(us);
-}
 
 torch::nn::Sequential make_model() {
   torch::manual_seed(0);

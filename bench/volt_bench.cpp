@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "timing.h"
 #include "data/dataset.h"
 #include "jit/jit.h"
 #include "nn/loss.h"
@@ -59,7 +60,10 @@
 #endif
 
 using namespace volt;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::time_steps;
+using bench::Timing;
+using bench::us_since;
 
 namespace {
 
@@ -301,52 +305,6 @@ Runner make_runner(const std::string& mode, const std::shared_ptr<nn::MLP>& net,
 
 // ============================================================ timing
 
-double us_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-}
-
-struct Timing {
-  int64_t steps = 0;
-  double median_us = 0, min_us = 0;
-};
-
-Timing summarize(std::vector<double> us) {
-  Timing t;
-  t.steps = static_cast<int64_t>(us.size());
-  if (us.empty()) return t;
-  std::sort(us.begin(), us.end());
-  t.min_us = us.front();
-  const size_t n = us.size();
-  t.median_us = n % 2 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
-  return t;
-}
-
-// Runs step() for warm-up, then times it: exactly `steps` times when given,
-// else at least 20 times and 1 s, and until the median of the second half
-// agrees with the whole run's within 2 % (at most 3000 steps or 10 s).
-Timing time_steps(const std::function<void()>& step, int64_t steps, int64_t warmup) {
-  const auto w0 = Clock::now();
-  if (warmup < 0) {
-    int64_t done = 0;
-    while (done < 3 || (done < 50 && us_since(w0) < 2e5)) step(), ++done;
-  } else {
-    for (int64_t i = 0; i < warmup; ++i) step();
-  }
-  std::vector<double> us;
-  const auto t0 = Clock::now();
-  for (;;) {
-    if (steps > 0 && static_cast<int64_t>(us.size()) >= steps) break;
-    if (steps <= 0 && us.size() >= 20 && us_since(t0) > 1e6) {
-      const double all = summarize(us).median_us;
-      const double late = summarize({us.begin() + us.size() / 2, us.end()}).median_us;
-      if (std::abs(late - all) <= 0.02 * all || us.size() >= 3000 || us_since(t0) > 1e7) break;
-    }
-    const auto s0 = Clock::now();
-    step();
-    us.push_back(us_since(s0));
-  }
-  return summarize(us);
-}
 
 struct Cell {
   std::string mode, device, phase;  // phase: train or eval

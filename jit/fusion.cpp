@@ -14,12 +14,12 @@
 #include <unordered_set>
 
 #include "jit/passes.h"
+#include "tensor/identifiers.h"
 #include "volt/philox_source.h"
 
 namespace volt::jit {
 
 namespace {
-
 
 const ProxyNames& names_of(const Trace& t) {
   for (const Tensor& x : t.inputs)
@@ -27,26 +27,6 @@ const ProxyNames& names_of(const Trace& t) {
   for (const Tensor& x : t.outputs)
     if (x.impl()->proxy_owner) return *static_cast<const ProxyNames*>(x.impl()->proxy_owner);
   throw Error("jit: a trace without proxies");
-}
-
-// Replaces the identifiers a, b, c (operands) and T (result type) in an op-table expression.
-std::string substitute(const std::string& expr, const std::vector<std::string>& operands,
-                       const std::string& result_type) {
-  std::string out;
-  for (size_t i = 0; i < expr.size();) {
-    if (std::isalpha(static_cast<unsigned char>(expr[i])) || expr[i] == '_') {
-      size_t j = i;
-      while (j < expr.size() && (std::isalnum(static_cast<unsigned char>(expr[j])) || expr[j] == '_')) ++j;
-      std::string id = expr.substr(i, j - i);
-      if (id == "a" || id == "b" || id == "c") out += operands.at(static_cast<size_t>(id[0] - 'a'));
-      else if (id == "T") out += result_type;
-      else out += id;
-      i = j;
-    } else {
-      out += expr[i++];
-    }
-  }
-  return out;
 }
 
 std::string literal(const Scalar& s, DType t) {
@@ -110,7 +90,7 @@ std::string generate_body(const BoundSymbol& f, const ProxyNames& names, const S
         ops.push_back(v.is_tensor ? "((" + std::string(dtype_c_type(want)) + ")" + names.name(v.tensor) + ")"
                                   : literal(v.scalar, want));
       }
-      expr = substitute(op_info(c.op).expr, ops, rt);
+      expr = fill_op_expr(op_info(c.op).expr, ops, rt);
     }
     os << "    const " << rt << " " << names.name(out) << " = (" << rt << ")" << expr << ";\n";
   }

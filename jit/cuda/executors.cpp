@@ -1,7 +1,6 @@
 #include "jit/cuda/executors.h"
 
 #include <algorithm>
-#include <cctype>
 #include <mutex>
 #include <regex>
 #include <unordered_map>
@@ -10,6 +9,7 @@
 #include "tensor/cuda/backend.h"
 #include "tensor/cuda/nvrtc.h"
 #include "tensor/cuda/runtime.h"
+#include "tensor/identifiers.h"
 
 namespace volt::jit::cuda {
 
@@ -236,26 +236,16 @@ std::string canonical_key(const std::string& src) {
   static const std::regex out_ptr(R"(\* out_(\w+) = )");
   for (auto it = std::sregex_iterator(src.begin(), src.end(), out_ptr); it != std::sregex_iterator(); ++it)
     if (!rename.count((*it)[1].str())) rename[(*it)[1].str()] = "v" + std::to_string(rename.size());
-  std::string out;
-  for (size_t i = 0; i < src.size();) {
-    if (std::isalpha(static_cast<unsigned char>(src[i])) || src[i] == '_') {
-      size_t j = i;
-      while (j < src.size() && (std::isalnum(static_cast<unsigned char>(src[j])) || src[j] == '_')) ++j;
-      std::string id = src.substr(i, j - i);
-      std::string prefix;
-      for (const char* p : {"in_", "out_"})
-        if (id.rfind(p, 0) == 0 && rename.count(id.substr(std::string(p).size()))) {
-          prefix = p;
-          id = id.substr(prefix.size());
-        }
-      auto it = rename.find(id);
-      out += prefix + (it != rename.end() ? it->second : id);
-      i = j;
-    } else {
-      out += src[i++];
-    }
-  }
-  return out;
+  return map_identifiers(src, [&](std::string id) {
+    std::string prefix;
+    for (const char* p : {"in_", "out_"})
+      if (id.rfind(p, 0) == 0 && rename.count(id.substr(std::string(p).size()))) {
+        prefix = p;
+        id = id.substr(prefix.size());
+      }
+    auto it = rename.find(id);
+    return prefix + (it != rename.end() ? it->second : id);
+  });
 }
 
 }  // namespace volt::jit::cuda

@@ -1,32 +1,13 @@
 #include "tensor/cuda/kernels.h"
 
-#include <cctype>
 #include <sstream>
 
 #include "tensor/error.h"
+#include "tensor/identifiers.h"
 
 namespace volt::cuda {
 
 namespace {
-
-// Replaces the identifiers a, b, c (operands) and T (result type) of an op-table expression.
-std::string substitute(const std::string& expr, const std::vector<std::string>& operands) {
-  std::string out;
-  for (size_t i = 0; i < expr.size();) {
-    if (std::isalpha(static_cast<unsigned char>(expr[i])) || expr[i] == '_') {
-      size_t j = i;
-      while (j < expr.size() && (std::isalnum(static_cast<unsigned char>(expr[j])) || expr[j] == '_')) ++j;
-      std::string id = expr.substr(i, j - i);
-      if (id == "a" || id == "b" || id == "c") out += operands.at(static_cast<size_t>(id[0] - 'a'));
-      else if (id == "T") out += "R";  // a typedef: "unsigned char(1)" would not parse
-      else out += id;
-      i = j;
-    } else {
-      out += expr[i++];
-    }
-  }
-  return out;
-}
 
 std::string ct(DType t) { return dtype_c_type(t); }
 
@@ -100,7 +81,7 @@ std::string elementwise_source(const ElementwiseSpec& s) {
       os << "    const " << lt << " " << v << " = (" << lt << ")in" << k << "["
          << (s.strided ? "off[" + std::to_string(k + 1) + "]" : std::string("i")) << "];\n";
   }
-  std::string expr = substitute(info.expr, names);
+  std::string expr = fill_op_expr(info.expr, names, "R");  // R: a typedef; "unsigned char(1)" would not parse
   // Integer powers: CUDA has no pow(int, int); the CPU computes them in double too.
   if (s.op == OpId::pow && !is_floating(s.compute)) expr = "pow((double)a, (double)b)";
   os << "    out[" << (s.strided ? "off[0]" : "i") << "] = (R)(" << expr << ");\n";
