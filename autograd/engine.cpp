@@ -64,11 +64,15 @@ void accumulate(const std::shared_ptr<TensorImpl>& leaf, Tensor grad) {
   if (!leaf->grad) {
     // The leaf must not alias a gradient that lives on in the graph, so it gets
     // a fresh tensor, unless this one is already private: no other handle to
-    // it, no other view of its storage, contiguous, and no history of its own
-    // (PyTorch's AccumulateGrad steals such a gradient the same way).
+    // it, no other view of its data, contiguous, and no history of its own
+    // (PyTorch's AccumulateGrad steals such a gradient the same way).  Its
+    // data is its storage, or on the lazy device its backend state (a lazy
+    // view holds its base's state, so a base with views is never private).
     const TensorImpl& g = *grad.impl();
-    bool sole = grad.impl_ptr().use_count() == 1 && g.storage && g.storage.use_count() == 1 &&
-                grad.is_contiguous() && !g.grad_fn && !g.requires_grad;
+    bool data_private = g.storage ? g.storage.use_count() == 1
+                                  : g.backend_state && g.backend_state.use_count() == 1;
+    bool sole = grad.impl_ptr().use_count() == 1 && data_private && grad.is_contiguous() && !g.grad_fn &&
+                !g.requires_grad;
     if (sole) {
       leaf->grad = std::move(grad).impl_ptr();
       return;
