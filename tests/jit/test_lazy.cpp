@@ -381,6 +381,24 @@ TEST_CASE("lazy: an optimizer's update is laid out after the matmul it needs, as
   CHECK(fusions == 1);
 }
 
+TEST_CASE("lazy: a parameter's first gradient is the backward's own value, not a copy of it") {
+  fresh();
+  Tensor w = Tensor::randn({16, 12}).to(kLazy).requires_grad_();
+  Tensor x = Tensor::randn({4, 16}).to(kLazy);
+  volt::matmul(x, w).sum().backward();
+  std::string g = lazy::dump(w.grad());
+  CHECK(g.find("prims.matmul(") != std::string::npos);
+  CHECK(g.find("prims.copy(") == std::string::npos);
+  // A gradient someone else still holds is not taken: `w2 + 0`'s VJP passes
+  // the caller's seed through, and writing into the seed afterwards must not
+  // change w2's gradient.
+  Tensor w2 = Tensor::ones({3}).to(kLazy).requires_grad_();
+  Tensor seed = Tensor::full({3}, 2.0).to(kLazy);
+  volt::add(w2, 0.0).backward(seed);
+  seed.add_(1.0);
+  CHECK(w2.grad().to(kCPU).to_vector<float>() == std::vector<float>{2, 2, 2});
+}
+
 TEST_CASE("lazy: an MLP training step matches eager mode over 20 steps, dropout included") {
   check_training_matches_eager(24, {32, 32, 5}, 0.2, 1e-2);
 }
