@@ -306,6 +306,13 @@ Runner make_runner(const std::string& mode, const std::shared_ptr<nn::MLP>& net,
 // ============================================================ timing
 
 
+// A figure that is not a matrix cell: {"metric": name, key: value, ...}.
+struct Metric {
+  std::string name;
+  std::vector<std::pair<std::string, double>> values;
+  std::string note;
+};
+
 struct Cell {
   std::string mode, device, phase;  // phase: train or eval
   int64_t batch = 0;
@@ -315,8 +322,10 @@ struct Cell {
 };
 
 // Times training and (optionally) evaluation of one mode/device/batch on a fresh model.
+// On CUDA it also counts the kernel launches and cuBLAS calls of one more
+// training step, into `metrics`.
 std::vector<Cell> run_cell(const std::string& mode, Device device, int64_t batch,
-                           const std::vector<Batch>& held, const Options& o) {
+                           const std::vector<Batch>& held, const Options& o, std::vector<Metric>& metrics) {
   auto net = make_model(device);
   net->train();
   Runner r = make_runner(mode, net, device);
@@ -340,6 +349,18 @@ std::vector<Cell> run_cell(const std::string& mode, Device device, int64_t batch
   std::vector<Cell> cells;
   const std::string dev = device.is_cuda() ? "cuda" : "cpu";
   cells.push_back({mode, dev, "train", batch, time_steps(train_step, o.steps, o.warmup)});
+#ifdef VOLT_WITH_CUDA
+  if (device.is_cuda()) {
+    const cuda::LaunchCounts before = cuda::launch_counts();
+    train_step();
+    const cuda::LaunchCounts after = cuda::launch_counts();
+    metrics.push_back({"cuda_kernel_launches",
+                       {{"batch", double(batch)},
+                        {"kernels", double(after.kernels - before.kernels)},
+                        {"cublas_calls", double(after.cublas_calls - before.cublas_calls)}},
+                       mode + " training step: volt's kernel launches, and cuBLAS calls counted one each"});
+  }
+#endif
   if (o.eval) {
     net->eval();
     NoGradGuard no_grad;
@@ -354,12 +375,6 @@ std::vector<Cell> run_cell(const std::string& mode, Device device, int64_t batch
 
 // ============================================================ other figures
 
-// A figure that is not a matrix cell: {"metric": name, key: value, ...}.
-struct Metric {
-  std::string name;
-  std::vector<std::pair<std::string, double>> values;
-  std::string note;
-};
 
 std::string self_path() {
   std::error_code ec;
@@ -732,7 +747,7 @@ int main(int argc, char** argv) {
         for (const auto& mode : o.modes) {
           if (!o.json) std::fprintf(stderr, "volt_bench: %s %s batch %lld\n", mode.c_str(),
                                     device.str().c_str(), (long long)batch);
-          for (Cell& c : run_cell(mode, device, batch, batches, o)) cells.push_back(c);
+          for (Cell& c : run_cell(mode, device, batch, batches, o, metrics)) cells.push_back(c);
         }
       }
 
@@ -778,8 +793,6 @@ int main(int argc, char** argv) {
         if (d.is_cuda()) {
           metrics.push_back(measure_cuda_memory());
           for (int64_t b : o.batches) metrics.push_back(measure_cublas_floor(b, o.smoke ? 2 : 50));
-          metrics.push_back({"cuda_kernel_launches", {},
-                             "per training step: not counted (the CUDA backend has no launch counter)"});
         }
 #endif
       metrics.push_back({"peak_rss", {{"mb", peak_rss_mb()}}, "host, whole run"});

@@ -237,6 +237,7 @@ void launch(cudaKernel_t k, int device, long long n, void** args, unsigned block
 
 void launch(cudaKernel_t k, int device, dim3 grid, dim3 block, void** args, size_t shared_bytes) {
   DeviceGuard g(device);
+  count_kernel_launch();
   VOLT_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, block, args, shared_bytes, stream(device)));
 }
 

@@ -1,6 +1,7 @@
 #include "tensor/cuda/runtime.h"
 
 #include <array>
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -111,5 +112,13 @@ void check_device(const Device& d, const char* op) {
   VOLT_CHECK(d.index >= 0 && d.index < device_count(), op,
              "device " << d.str() << " does not exist (" << device_count() << " CUDA devices on this machine)");
 }
+
+namespace {
+std::atomic<int64_t> g_kernel_launches{0}, g_cublas_calls{0};
+}  // namespace
+
+void count_kernel_launch() { g_kernel_launches.fetch_add(1, std::memory_order_relaxed); }
+void count_cublas_call() { g_cublas_calls.fetch_add(1, std::memory_order_relaxed); }
+LaunchCounts launch_counts() { return {g_kernel_launches.load(), g_cublas_calls.load()}; }
 
 }  // namespace volt::cuda

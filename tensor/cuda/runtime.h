@@ -68,4 +68,17 @@ bool allow_tf32();
 
 void check_device(const Device& d, const char* op);
 
+// The work volt has queued on the GPUs since the process started: kernel
+// launches (every kernel goes through launch() in nvrtc.h) and cuBLAS calls
+// (one each, whatever cuBLAS launches inside).  Read around a training step,
+// they say how many launches the step costs, the figure that bounds a small
+// step's speed.
+struct LaunchCounts {
+  int64_t kernels = 0;
+  int64_t cublas_calls = 0;
+};
+LaunchCounts launch_counts();
+void count_kernel_launch();
+void count_cublas_call();
+
 }  // namespace volt::cuda

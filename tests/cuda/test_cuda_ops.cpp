@@ -455,3 +455,19 @@ TEST_CASE("cuda: kernels compiled by one process are loaded from disk by the nex
 }
 
 #endif  // VOLT_WITH_CUDA
+
+TEST_CASE("cuda: launches and cuBLAS calls are counted") {
+  SKIP_WITHOUT_GPU();
+  const Device d = Device::cuda(0);
+  Tensor a = Tensor::ones({64, 32}).to(d), b = Tensor::ones({32, 16}).to(d);
+  Tensor warm = a * 2.0;  // compiles the kernel outside the counted region
+  cuda::LaunchCounts before = cuda::launch_counts();
+  Tensor c = a * 2.0;
+  cuda::LaunchCounts mid = cuda::launch_counts();
+  Tensor m = volt::matmul(a, b);
+  cuda::LaunchCounts after = cuda::launch_counts();
+  CHECK(mid.kernels > before.kernels);
+  CHECK(mid.cublas_calls == before.cublas_calls);
+  CHECK(after.cublas_calls - mid.cublas_calls == 1);
+  CHECK(m.to(kCPU).to_vector<float>()[0] == 32.0f);
+}
