@@ -10,6 +10,7 @@
 //
 // Real MNIST is read from data::mnist_root() (~/.cache/volt/mnist; ./run.sh fetches it).
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -155,9 +156,16 @@ int main(int argc, char** argv) {
     lazy::metrics::reset();
     manual_seed(o.seed);
     double seconds = lazy_example::train_steps(*net, opt, batches, o.steps, [&](int64_t step, const Tensor& loss) {
-      if (step % o.log_interval == 0 || step + 1 == o.steps)
+      // Reading the loss only every log_interval steps keeps an asynchronous
+      // backend's steps overlapping; a NaN is caught at the next reading.
+      if (step % o.log_interval == 0 || step + 1 == o.steps) {
+        const double value = loss.item<double>();
+        if (!std::isfinite(value))
+          throw Error("the loss became " + std::to_string(value) + " by step " + std::to_string(step) +
+                      " (read every " + std::to_string(o.log_interval) + " steps); stopping");
         std::printf("Train step %5lld  [%6lld samples]  Loss: %.6f\n", (long long)step,
-                    (long long)(step * o.batch_size), loss.item<double>());
+                    (long long)(step * o.batch_size), value);
+      }
     });
     std::printf("lazy: %lld steps in %.2f s (%.1f steps/s, first step's compile included)\n\n", (long long)o.steps,
                 seconds, o.steps / seconds);
