@@ -50,6 +50,7 @@ std::string JitFunction::key_for(const std::vector<Tensor>& args) const {
   };
   for (size_t i = 0; i < args.size(); ++i) add("input", i, args[i]);
   for (size_t i = 0; i < captured_.size(); ++i) add("param", i, captured_[i]);
+  if (transform_ == CallTransform::Vjp) os << "primals=" << vjp_primals_ << ";";
   os << "training=" << (training_ ? training_() : false) << ";grad_mode=" << grad_enabled() << ";executors=";
   for (const Executor* e : executors_) os << e->name() << ",";
   return os.str();
@@ -72,6 +73,7 @@ uint64_t JitFunction::hash_for(const std::vector<Tensor>& args) const {
   for (const Tensor& t : captured_) add(t);
   mix(training_ ? training_() : false);
   mix(grad_enabled());
+  mix(vjp_primals_);
   return h;  // the executors are fixed per JitFunction
 }
 
@@ -123,7 +125,20 @@ void finish(std::vector<Trace>& list, std::vector<Executor*>& executors, ProxyNa
 
 std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tensor>& args) {
   auto t0 = Clock::now();
-  TraceResult tr = trace_function(fn_, args, input_names_, captured_, captured_names_);
+  Fn traced = fn_;
+  std::vector<std::string> input_names = input_names_;
+  const size_t n_primals = transform_ == CallTransform::Vjp ? vjp_primals_ : args.size();
+  if (transform_ == CallTransform::Vjp) {
+    // The cotangents are inputs of the program but not of the function.
+    traced = [fn = fn_, n_primals](const std::vector<Tensor>& in) {
+      return fn(std::vector<Tensor>(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(n_primals)));
+    };
+    input_names.resize(args.size());
+    for (size_t i = 0; i < args.size(); ++i)
+      if (i >= n_primals) input_names[i] = "cotangent_" + std::to_string(i - n_primals);
+      else if (i >= input_names_.size()) input_names[i] = "t_" + std::to_string(i);
+  }
+  TraceResult tr = trace_function(traced, args, input_names, captured_, captured_names_);
   tr.trace.millis = ms_since(t0);
   auto e = std::make_shared<Entry>();
   e->names = tr.names;
@@ -134,10 +149,23 @@ std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tenso
   const size_t n_captured = captured_.size();
 
   if (transform_ != CallTransform::None) {
-    // One program: forward, cotangents of ones, backward; returns input grads.
+    // One program: forward, cotangents (ones, or vjp's arguments), backward;
+    // returns input grads.
     const Trace& fwd = e->traces.back();
+    const size_t first_cotangent = n_captured + n_primals;
+    if (transform_ == CallTransform::Vjp) {
+      VOLT_CHECK(args.size() - n_primals == fwd.outputs.size(), "vjp",
+                 "the function has " << fwd.outputs.size() << " outputs, so it needs as many cotangents, got "
+                                     << args.size() - n_primals);
+      for (size_t k = 0; k < fwd.outputs.size(); ++k) {
+        const Tensor& c = fwd.inputs[first_cotangent + k];
+        VOLT_CHECK(c.sizes() == fwd.outputs[k].sizes() && c.dtype() == fwd.outputs[k].dtype(), "vjp",
+                   "cotangent " << k << " is " << c.meta_str() << " but output " << k << " is "
+                                << fwd.outputs[k].meta_str());
+      }
+    }
     std::vector<bool> needs(fwd.inputs.size(), false);
-    for (size_t i = n_captured; i < fwd.inputs.size(); ++i) needs[i] = is_floating(fwd.inputs[i].dtype());
+    for (size_t i = n_captured; i < first_cotangent; ++i) needs[i] = is_floating(fwd.inputs[i].dtype());
     GradTraces g = grad_pass(fwd, *e->names, needs, executors_);
     Trace t = fwd;
     t.bsyms = g.forward.bsyms;
@@ -146,14 +174,15 @@ std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tenso
     std::vector<BoundSymbol> seeds = record(*e->names, [&] {
       for (size_t k = n_saved; k < g.backward.inputs.size(); ++k) {
         const Tensor& c = g.backward.inputs[k];
-        ones[id_of(c)] = full(c.sizes(), 1.0, c.dtype(), c.device());
+        ones[id_of(c)] = transform_ == CallTransform::Vjp ? fwd.inputs[first_cotangent + (k - n_saved)]
+                                                          : full(c.sizes(), 1.0, c.dtype(), c.device());
       }
     }, /*flatten=*/false);
     std::vector<BoundSymbol> bwd = g.backward.bsyms;
     substitute(bwd, ones);
     t.bsyms.insert(t.bsyms.end(), seeds.begin(), seeds.end());
     t.bsyms.insert(t.bsyms.end(), bwd.begin(), bwd.end());
-    t.outputs = transform_ == CallTransform::ValueAndGrad ? fwd.outputs : std::vector<Tensor>{};
+    t.outputs = transform_ == CallTransform::Grad ? std::vector<Tensor>{} : fwd.outputs;
     for (const Tensor& o : g.backward.outputs) {
       auto it = ones.find(id_of(o));
       t.outputs.push_back(it != ones.end() ? it->second : o);
@@ -191,7 +220,23 @@ std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tenso
   return e;
 }
 
+std::vector<Tensor> JitFunction::operator()(const std::vector<Tensor>& primals,
+                                             const std::vector<Tensor>& cotangents) {
+  VOLT_CHECK(transform_ == CallTransform::Vjp, "jit",
+             "a call with primals and cotangents is for vjp(f); call this function with its arguments");
+  std::vector<Tensor> args = primals;
+  args.insert(args.end(), cotangents.begin(), cotangents.end());
+  vjp_primals_ = primals.size();
+  return call(args);
+}
+
 std::vector<Tensor> JitFunction::operator()(const std::vector<Tensor>& args) {
+  VOLT_CHECK(transform_ != CallTransform::Vjp, "vjp",
+             "call vjp(f) with two lists, (primals, cotangents), not one");
+  return call(args);
+}
+
+std::vector<Tensor> JitFunction::call(const std::vector<Tensor>& args) {
   std::vector<Tensor> inputs = captured_;
   inputs.insert(inputs.end(), args.begin(), args.end());
   const uint64_t hash = hash_for(args);

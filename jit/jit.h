@@ -33,7 +33,7 @@ struct JitOptions {
 
 // What a call returns: the function's outputs, or (grad transforms) the
 // gradients of its inputs.
-enum class CallTransform { None, Grad, ValueAndGrad };
+enum class CallTransform { None, Grad, ValueAndGrad, Vjp };
 
 class JitFunction {
  public:
@@ -48,6 +48,8 @@ class JitFunction {
 
   std::vector<Tensor> operator()(const std::vector<Tensor>& args);
   Tensor operator()(const Tensor& x) { return (*this)(std::vector<Tensor>{x}).at(0); }
+  // A vjp transform's call (see vjp() below): primals, then one cotangent per output.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& primals, const std::vector<Tensor>& cotangents);
 
   const std::vector<Trace>& last_traces() const;
   // The backward traces of the last call (empty when it needed no gradient).
@@ -74,6 +76,7 @@ class JitFunction {
     std::vector<int> grad_input_index;   // backward output k is the grad of input grad_input_index[k]
     size_t num_outputs = 0;
   };
+  std::vector<Tensor> call(const std::vector<Tensor>& args);
   std::vector<Tensor> run_with_grad(const std::shared_ptr<Entry>& e, const std::vector<Tensor>& inputs);
   std::string key_for(const std::vector<Tensor>& args) const;  // readable, for miss reasons
   uint64_t hash_for(const std::vector<Tensor>& args) const;     // the same fields, hashed: the lookup
@@ -88,6 +91,7 @@ class JitFunction {
   JitOptions options_;
   std::vector<Executor*> executors_;  // the user's, then the built-in ones
   CallTransform transform_ = CallTransform::None;
+  size_t vjp_primals_ = 0;  // vjp: how many of a call's arguments are primals
   // Entries with the same metadata differ by their guards.
   struct Bucket {
     std::string key;  // hashes can collide: the readable key confirms a hit
@@ -117,6 +121,11 @@ inline JitFunction jit(JitFunction::Fn fn, JitOptions options, std::vector<std::
 // those gradients.  Both are traced into one program, printable like any other.
 inline JitFunction grad(const JitFunction& f) { return f.transformed(CallTransform::Grad); }
 inline JitFunction value_and_grad(const JitFunction& f) { return f.transformed(CallTransform::ValueAndGrad); }
+// vjp(f)(primals, cotangents): f's outputs at the primals, then the
+// vector-Jacobian products: for every floating-point primal x, the sum over
+// outputs k of cotangents[k] times d(output k)/dx.  One cotangent per output,
+// with its shape and dtype.  grad(f) is vjp(f) with cotangents of ones.
+inline JitFunction vjp(const JitFunction& f) { return f.transformed(CallTransform::Vjp); }
 
 // jit of a module: anything with forward(Tensor), named_parameters() and is_training().
 template <class M>
