@@ -14,14 +14,13 @@
 // runs it from its own folder when it is there.
 #include <torch/torch.h>
 
-#include "timing.h"
+#include "common.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -34,9 +33,8 @@ using bench::us_since;
 
 namespace {
 
-constexpr int64_t kFeatures = 784, kClasses = 10;
-constexpr int kBatchesHeld = 8;
-
+using bench::kBatchesHeld;
+using bench::kFeatures;
 
 torch::nn::Sequential make_model() {
   torch::manual_seed(0);
@@ -57,15 +55,9 @@ struct Batch {
 std::vector<Batch> synthetic_batches(int64_t batch) {
   std::vector<Batch> out;
   for (int k = 0; k < kBatchesHeld; ++k) {
-    std::mt19937 gen(1000 + k);
-    std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-    std::uniform_int_distribution<int64_t> label(0, kClasses - 1);
-    std::vector<float> x(static_cast<size_t>(batch * kFeatures));
-    std::vector<int64_t> y(static_cast<size_t>(batch));
-    for (float& v : x) v = pixel(gen);
-    for (int64_t& v : y) v = label(gen);
-    out.push_back({torch::from_blob(x.data(), {batch, kFeatures}, torch::kFloat32).clone(),
-                   torch::from_blob(y.data(), {batch}, torch::kInt64).clone()});
+    bench::RawBatch b = bench::synthetic_batch(batch, k);
+    out.push_back({torch::from_blob(b.x.data(), {batch, kFeatures}, torch::kFloat32).clone(),
+                   torch::from_blob(b.y.data(), {batch}, torch::kInt64).clone()});
   }
   return out;
 }

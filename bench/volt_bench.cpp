@@ -33,12 +33,11 @@
 #include <functional>
 #include <iostream>
 #include <memory>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "timing.h"
+#include "common.h"
 #include "data/dataset.h"
 #include "jit/jit.h"
 #include "nn/loss.h"
@@ -206,8 +205,8 @@ Options parse_args(int argc, char** argv) {
 
 // ============================================================ the workload
 
-constexpr int64_t kFeatures = 784, kClasses = 10;
-constexpr int kBatchesHeld = 8;  // distinct batches per cell, cycled
+using bench::kBatchesHeld;
+using bench::kFeatures;
 
 std::shared_ptr<nn::MLP> make_model(Device device) {
   manual_seed(0);
@@ -221,21 +220,13 @@ struct Batch {
   Tensor x, y;  // x: (B, 784) f32, y: (B) i64
 };
 
-// Synthetic batches come from std::mt19937 with fixed seeds, so
-// bench/libtorch_bench.cpp (same generator, same library) trains on the very
-// same numbers.  Pixels are uniform in [0, 1) like MNIST's range.
+// Synthetic batches: bench::synthetic_batch, the same numbers libtorch_bench uses.
 std::vector<Batch> synthetic_batches(int64_t batch, Device device) {
   std::vector<Batch> out;
   for (int k = 0; k < kBatchesHeld; ++k) {
-    std::mt19937 gen(1000 + k);
-    std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-    std::uniform_int_distribution<int64_t> label(0, kClasses - 1);
-    std::vector<float> x(static_cast<size_t>(batch * kFeatures));
-    std::vector<int64_t> y(static_cast<size_t>(batch));
-    for (float& v : x) v = pixel(gen);
-    for (int64_t& v : y) v = label(gen);
-    out.push_back({Tensor::from_vector<float>(x, {batch, kFeatures}).to(device),
-                   Tensor::from_vector<int64_t>(y, {batch}).to(device)});
+    bench::RawBatch b = bench::synthetic_batch(batch, k);
+    out.push_back({Tensor::from_vector<float>(b.x, {batch, kFeatures}).to(device),
+                   Tensor::from_vector<int64_t>(b.y, {batch}).to(device)});
   }
   return out;
 }

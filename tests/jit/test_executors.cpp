@@ -7,8 +7,10 @@
 #include "jit/jit.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
+#include "tests/tensor/reference.h"
 
 using namespace volt;
+using volt::testing::max_abs_diff;
 using jit::OperatorExecutor;
 
 namespace {
@@ -54,14 +56,6 @@ bool all_cpu(const std::vector<Value>& v) {
 
 std::vector<Tensor> mul_fn(const std::vector<Tensor>& x) { return {mul(x[0], x[1])}; }
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
-  return worst;
-}
-
 }  // namespace
 
 TEST_CASE("executors: a registered operator is traced under its name and run by its implementation") {
@@ -78,8 +72,8 @@ TEST_CASE("executors: a registered operator is traced under its name and run by 
   Tensor a = Tensor::randn({2, 2}), b = Tensor::randn({2, 2});
   std::vector<Tensor> r = cfoo({a, b, a, b});
   CHECK(calls == 1);
-  CHECK(max_diff(r[0], mul(a, b)) == 0.0);
-  CHECK(max_diff(r[1], mul(a, b)) == 0.0);
+  CHECK(max_abs_diff(r[0], mul(a, b)) == 0.0);
+  CHECK(max_abs_diff(r[1], mul(a, b)) == 0.0);
   std::string s = jit::last_traces(cfoo).back().str();
   CHECK(s.find("(t0, t1) = multimul(t_0, t_1, t_2, t_3)") != std::string::npos);
   CHECK(s.find("(t0, t1) = multimul(t_0, t_1, t_2, t_3)\n    # t0 = prims.mul(t_0, t_1)  # t0: \"cpu f32[2, 2]\"\n"
@@ -90,14 +84,14 @@ TEST_CASE("executors: a registered operator is traced under its name and run by 
   auto g = jit::grad(cfoo);
   std::vector<Tensor> grads = g({a, b, a, b});
   REQUIRE(grads.size() == 4);
-  CHECK(max_diff(grads[0], b) < 1e-6);
-  CHECK(max_diff(grads[1], a) < 1e-6);
+  CHECK(max_abs_diff(grads[0], b) < 1e-6);
+  CHECK(max_abs_diff(grads[1], a) < 1e-6);
   // Called eagerly with gradients, it runs its like-function, which autograd differentiates.
   Tensor ea = a.clone().requires_grad_(true), eb = b.clone().requires_grad_(true);
   std::vector<Tensor> er = multimul(ea, eb, ea, eb);
   add(sum(er[0]), sum(er[1])).backward();
-  CHECK(max_diff(ea.grad(), mul(b, 2.0)) < 1e-6);
-  CHECK(max_diff(eb.grad(), mul(a, 2.0)) < 1e-6);
+  CHECK(max_abs_diff(ea.grad(), mul(b, 2.0)) < 1e-6);
+  CHECK(max_abs_diff(eb.grad(), mul(a, 2.0)) < 1e-6);
 }
 
 TEST_CASE("executors: an implementation with a checker and an execution transform claims mul") {
@@ -109,7 +103,7 @@ TEST_CASE("executors: an implementation with a checker and an execution transfor
   auto cbar = jit::jit(mul_fn, {.executors = {myex}});
   manual_seed(1);
   Tensor a = Tensor::randn({2, 2}), b = Tensor::randn({2, 2});
-  CHECK(max_diff(cbar({a, b})[0], mul(a, b)) == 0.0);
+  CHECK(max_abs_diff(cbar({a, b})[0], mul(a, b)) == 0.0);
   std::string s = jit::last_traces(cbar).back().str();
   CHECK(s.find("= multimul(t_0, t_1, 0, 0)") != std::string::npos);
   // The second output is never read: it prints as `_`, without its decomposition line.
@@ -119,8 +113,8 @@ TEST_CASE("executors: an implementation with a checker and an execution transfor
   // Execution transforms run after grad: the backward's muls become multimuls too.
   auto g = jit::grad(cbar);
   std::vector<Tensor> grads = g({a, b});
-  CHECK(max_diff(grads[0], b) < 1e-6);
-  CHECK(max_diff(grads[1], a) < 1e-6);
+  CHECK(max_abs_diff(grads[0], b) < 1e-6);
+  CHECK(max_abs_diff(grads[1], a) < 1e-6);
   std::string gs = jit::last_traces(g).back().str();
   size_t first = gs.find("= multimul(");
   REQUIRE(first != std::string::npos);
@@ -138,8 +132,8 @@ TEST_CASE("executors: an implementation with a checker and an execution transfor
                   }});
   auto g2 = jit::grad(jit::jit(mul_fn, {.executors = {myex}}));
   grads = g2({a, b});
-  CHECK(max_diff(grads[0], b) < 1e-6);
-  CHECK(max_diff(grads[1], a) < 1e-6);
+  CHECK(max_abs_diff(grads[0], b) < 1e-6);
+  CHECK(max_abs_diff(grads[1], a) < 1e-6);
   std::string g2s = jit::last_traces(g2).back().str();
   first = g2s.find("= multimul(");
   REQUIRE(first != std::string::npos);
@@ -165,7 +159,7 @@ TEST_CASE("executors: a transform may add ops of its own, run by the built-in ex
                                            }});
   auto caz = jit::jit(mul_fn, {.executors = {myex}});
   Tensor a = Tensor::randn({3, 2}).t(), b = Tensor::randn({2, 3});
-  CHECK(max_diff(caz({a, b})[0], mul(a, b)) == 0.0);
+  CHECK(max_abs_diff(caz({a, b})[0], mul(a, b)) == 0.0);
   std::string s = jit::last_traces(caz).back().str();
   CHECK(s.find("prims.copy(t_0)") != std::string::npos);
   CHECK(s.find("= multimul(") != std::string::npos);
@@ -285,13 +279,13 @@ TEST_CASE("executors: a checker that accepts one layout is asked again when the 
   auto cmul = jit::jit(mul_fn, {.executors = {myex}});
   manual_seed(3);
   Tensor a = Tensor::randn({3, 3}), b = Tensor::randn({3, 3});
-  CHECK(max_diff(cmul({a, b})[0], mul(a, b)) == 0.0);
+  CHECK(max_abs_diff(cmul({a, b})[0], mul(a, b)) == 0.0);
   CHECK(calls == 1);
   // Same shape, dtype and device, but a transposed view: the cached trace was
   // claimed for contiguous inputs only, so the call must trace again.
   Tensor at = a.t();
   REQUIRE_FALSE(at.is_contiguous());
-  CHECK(max_diff(cmul({at, b})[0], mul(at, b)) == 0.0);
+  CHECK(max_abs_diff(cmul({at, b})[0], mul(at, b)) == 0.0);
   CHECK(jit::cache_misses(cmul) == 2);
   CHECK(calls == 1);
   CHECK(jit::last_traces(cmul).back().str().find("multimul") == std::string::npos);

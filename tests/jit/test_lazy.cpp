@@ -16,22 +16,16 @@
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
+#include "tests/tensor/reference.h"
 
 using namespace volt;
+using volt::testing::max_abs_diff;
 
 namespace {
 
 Tensor add_two_maybe(const Tensor& t, const Tensor& maybe) {
   if (maybe) return t + 2.0;
   return t;
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
-  return m;
 }
 
 // Starts a test from a clean slate: nothing pending, no counters, no cached graphs.

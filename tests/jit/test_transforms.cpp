@@ -8,8 +8,10 @@
 #include "jit/jit.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
+#include "tests/tensor/reference.h"
 
 using namespace volt;
+using volt::testing::max_abs_diff;
 
 namespace {
 
@@ -19,14 +21,6 @@ std::vector<Tensor> two_outputs(const std::vector<Tensor>& in) {
   const Tensor& w = in[1];
   Tensor h = volt::tanh(volt::matmul(x, w));
   return {h, mul(x, x).sum({1})};
-}
-
-double max_diff(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
-  return worst;
 }
 
 // Eager reference: outputs, then the gradients of x and w for these cotangents.
@@ -51,13 +45,13 @@ TEST_CASE("jit vjp: outputs and vector-Jacobian products match eager autograd") 
   std::vector<Tensor> got = v({x, w}, cts);
   std::vector<Tensor> want = eager_vjp(x, w, cts);
   REQUIRE(got.size() == 4);
-  for (size_t i = 0; i < 4; ++i) CHECK(max_diff(got[i], want[i]) < 1e-5);
+  for (size_t i = 0; i < 4; ++i) CHECK(max_abs_diff(got[i], want[i]) < 1e-5);
 
   // New cotangents of the same shapes reuse the program.
   cts = {Tensor::randn({4, 5}), Tensor::randn({4})};
   got = v({x, w}, cts);
   want = eager_vjp(x, w, cts);
-  for (size_t i = 0; i < 4; ++i) CHECK(max_diff(got[i], want[i]) < 1e-5);
+  for (size_t i = 0; i < 4; ++i) CHECK(max_abs_diff(got[i], want[i]) < 1e-5);
   CHECK(jit::cache_hits(v) == 1);
   CHECK(jit::cache_misses(v) == 1);
 
@@ -74,11 +68,11 @@ TEST_CASE("jit grad and value_and_grad are vjp with cotangents of ones") {
   auto f = jit::jit(two_outputs, {"x", "w"});
   std::vector<Tensor> g = jit::grad(f)({x, w});
   REQUIRE(g.size() == 2);
-  CHECK(max_diff(g[0], want[2]) < 1e-5);
-  CHECK(max_diff(g[1], want[3]) < 1e-5);
+  CHECK(max_abs_diff(g[0], want[2]) < 1e-5);
+  CHECK(max_abs_diff(g[1], want[3]) < 1e-5);
   std::vector<Tensor> vg = jit::value_and_grad(f)({x, w});
   REQUIRE(vg.size() == 4);
-  for (size_t i = 0; i < 4; ++i) CHECK(max_diff(vg[i], want[i]) < 1e-5);
+  for (size_t i = 0; i < 4; ++i) CHECK(max_abs_diff(vg[i], want[i]) < 1e-5);
 }
 
 TEST_CASE("jit vjp: wrong cotangents and wrong calls are clear errors") {

@@ -16,6 +16,15 @@
 
 namespace volt::testing {
 
+// The largest |a - b| over all elements (same number of elements required).
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  REQUIRE(x.size() == y.size());
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
+  return worst;
+}
+
 // Row-major values and their shape.
 struct Ref {
   Shape sizes;

@@ -1,17 +1,39 @@
-// The timing rule both benchmark binaries share (volt_bench and its LibTorch
-// baseline), so that their figures mean the same thing: a warm-up, then single
-// steps timed with a steady clock, summarised by their median and minimum.
+// What both benchmark binaries share (volt_bench and its LibTorch baseline),
+// so that their figures mean the same thing: the workload's sizes, the
+// synthetic batches, and the timing rule (a warm-up, then single steps timed
+// with a steady clock, summarised by their median and minimum).
 #pragma once
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <vector>
 
 namespace bench {
 
 using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kFeatures = 784, kClasses = 10;
+constexpr int kBatchesHeld = 8;  // distinct batches per cell, cycled
+
+// Synthetic batch k of `batch` samples: std::mt19937 with a fixed seed per k,
+// so every binary trains on the very same numbers.  Pixels are uniform in
+// [0, 1) like MNIST's range.
+struct RawBatch {
+  std::vector<float> x;      // batch x kFeatures, row-major
+  std::vector<int64_t> y;    // batch labels
+};
+inline RawBatch synthetic_batch(int64_t batch, int k) {
+  std::mt19937 gen(1000 + k);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  std::uniform_int_distribution<int64_t> label(0, kClasses - 1);
+  RawBatch b{std::vector<float>(static_cast<size_t>(batch * kFeatures)), std::vector<int64_t>(static_cast<size_t>(batch))};
+  for (float& v : b.x) v = pixel(gen);
+  for (int64_t& v : b.y) v = label(gen);
+  return b;
+}
 
 inline double us_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
