@@ -26,6 +26,11 @@ Symbol OperatorExecutor::register_operator(const std::string& name, OperatorDef 
   VOLT_CHECK(static_cast<bool>(def.like) != static_cast<bool>(def.meta), this->name(),
              "register_operator(\"" << name << "\") needs exactly one of `like` and `meta`");
   VOLT_CHECK(def.fn, this->name(), "register_operator(\"" << name << "\") needs `fn`, the implementation");
+  for (int64_t id : operators_)
+    VOLT_CHECK(custom_op(id).name != name, this->name(),
+               "an operator named \"" << name << "\" is already registered here; traces name operators, so "
+                                       "each name is one operator (register the implementation once and reuse "
+                                       "the symbol it returned)");
   CustomOpDef c;
   c.name = name;
   c.decomposition = def.like;

@@ -231,6 +231,12 @@ TEST_CASE("executors: mistakes are clear errors that name the executor and the o
   jit::register_executor(one);
   CHECK_THROWS_WITH_AS(jit::register_executor(two), doctest::Contains("already registered"), volt::Error);
 
+  // One executor, one operator per name: traces show operators by name.
+  myex.register_operator("twice", {.like = multimul_like, .fn = multimul_impl});
+  CHECK_THROWS_WITH_AS(myex.register_operator("twice", {.like = multimul_like, .fn = multimul_impl}),
+                       doctest::Contains("myex_e: an operator named \"twice\" is already registered here"),
+                       volt::Error);
+
   // register_operator needs exactly one of like and meta.
   CHECK_THROWS_WITH_AS(myex.register_operator("neither", {.fn = multimul_impl}),
                        doctest::Contains("needs exactly one of `like` and `meta`"), volt::Error);
