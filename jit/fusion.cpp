@@ -123,6 +123,44 @@ std::string compiler() {
 #endif
 }
 
+// What else decides the bytes of a compiled kernel besides its source and
+// flags: the compiler itself (its resolved file, size and date, looked at on
+// every compile, so that an upgrade builds afresh) and, because of
+// -march=native, this machine's CPU (its model and feature flags, read once,
+// so that a cache shared between machines never loads code for another CPU).
+std::string toolchain_identity(const std::string& cxx) {
+  namespace fs = std::filesystem;
+  static const std::string cpu = [] {
+    std::string id;
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    bool model = false, flags = false;
+    for (std::string line; (!model || !flags) && std::getline(cpuinfo, line);) {
+      if (!model && line.rfind("model name", 0) == 0) id += "|" + line, model = true;
+      if (!flags && line.rfind("flags", 0) == 0) id += "|" + line, flags = true;
+    }
+    return id;
+  }();
+  std::string id = cxx;
+  fs::path path = cxx;
+  if (!path.has_parent_path())
+    if (const char* env_path = std::getenv("PATH")) {
+      std::istringstream dirs(env_path);
+      for (std::string d; std::getline(dirs, d, ':');)
+        if (!d.empty() && fs::exists(fs::path(d) / cxx)) {
+          path = fs::path(d) / cxx;
+          break;
+        }
+    }
+  std::error_code ec;
+  fs::path real = fs::canonical(path, ec);
+  if (!ec) {
+    auto size = fs::file_size(real, ec);
+    auto when = fs::last_write_time(real, ec).time_since_epoch().count();
+    id += "|" + real.string() + "|" + std::to_string(size) + "|" + std::to_string(when);
+  }
+  return id + cpu;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- cpu-fusion
@@ -286,7 +324,7 @@ bool CpuFusionExecutor::compile(Trace& t) const {
   std::string source = std::string(kHostPrelude) + "#define VOLT_HD\n" + kPhiloxSource + "\n" + body;
   std::string cxx = compiler();
   std::ostringstream key;
-  key << std::hex << fnv1a(source + cxx + flags + VOLT_VERSION);
+  key << std::hex << fnv1a(source + toolchain_identity(cxx) + flags + VOLT_VERSION);
 
   static std::mutex mutex;
   static std::unordered_map<std::string, void*> loaded;  // in-memory cache: one dlopen per library

@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 
 #include "autograd/node.h"
 #include "jit/jit.h"
@@ -192,6 +195,46 @@ TEST_CASE("without a usable C++ compiler the fused regions run prim by prim, wit
   ::unsetenv("VOLT_KERNEL_CACHE");
   CHECK(max_rel_diff(got, sigmoid(mul(x, 3.0))) < 1e-7);
   CHECK(jit::compile_stats(jf).fusions == 1);
+}
+
+TEST_CASE("the kernel disk cache is keyed by the compiler's file: an upgraded compiler builds afresh") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("volt-test-cache-key-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // The "compiler" is a script that runs the usual one.  Rewriting it in place
+  // (same path, other contents) stands for a compiler upgrade: the same
+  // source and flags must then not be served from the cache.
+  const fs::path wrapper = dir / "cxx";
+  const char* cxx = std::getenv("VOLT_CXX");
+  auto write_wrapper = [&](const std::string& comment) {
+    std::ofstream(wrapper) << "#!/bin/sh\n# " << comment << "\nexec " << (cxx ? cxx : "c++") << " \"$@\"\n";
+    fs::permissions(wrapper, fs::perms::owner_all);
+  };
+  auto count_libraries = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(dir)) n += e.path().extension() == ".so";
+    return n;
+  };
+  auto fn = [](const std::vector<Tensor>& x) { return std::vector<Tensor>{add(mul(x[0], 0.5), 7.0)}; };
+  Tensor x = Tensor::from_vector<float>({1.0f, 2.0f, 3.0f});
+  ::setenv("VOLT_KERNEL_CACHE", dir.c_str(), 1);
+  ::setenv("VOLT_CXX", wrapper.c_str(), 1);
+  write_wrapper("version 1");
+  auto first = jit::jit(fn, {"x"});
+  Tensor a = first(x);
+  const int after_first = count_libraries();
+  write_wrapper("version 2, a longer file");
+  auto second = jit::jit(fn, {"x"});
+  Tensor b = second(x);
+  if (cxx) ::setenv("VOLT_CXX", cxx, 1);
+  else ::unsetenv("VOLT_CXX");
+  ::unsetenv("VOLT_KERNEL_CACHE");
+  CHECK(after_first == 1);
+  CHECK(count_libraries() == 2);
+  CHECK(a.to_vector<float>() == std::vector<float>{7.5f, 8.0f, 8.5f});
+  CHECK(b.to_vector<float>() == a.to_vector<float>());
+  fs::remove_all(dir);
 }
 
 TEST_CASE("fusion merges elementwise work split by an unrelated op into one kernel") {
