@@ -340,7 +340,9 @@ std::vector<Cell> run_cell(const std::string& mode, Device device, int64_t batch
   std::vector<Cell> cells;
   const std::string dev = device.is_cuda() ? "cuda" : "cpu";
   cells.push_back({mode, dev, "train", batch, time_steps(train_step, o.steps, o.warmup)});
-#ifdef VOLT_WITH_CUDA
+#ifndef VOLT_WITH_CUDA
+  (void)metrics;  // launches are counted on CUDA only
+#else
   if (device.is_cuda()) {
     const cuda::LaunchCounts before = cuda::launch_counts();
     train_step();

@@ -454,8 +454,6 @@ TEST_CASE("cuda: kernels compiled by one process are loaded from disk by the nex
   fs::remove_all(dir);
 }
 
-#endif  // VOLT_WITH_CUDA
-
 TEST_CASE("cuda: launches and cuBLAS calls are counted") {
   SKIP_WITHOUT_GPU();
   const Device d = Device::cuda(0);
@@ -471,3 +469,5 @@ TEST_CASE("cuda: launches and cuBLAS calls are counted") {
   CHECK(after.cublas_calls - mid.cublas_calls == 1);
   CHECK(m.to(kCPU).to_vector<float>()[0] == 32.0f);
 }
+
+#endif  // VOLT_WITH_CUDA
