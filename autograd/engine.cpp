@@ -74,7 +74,7 @@ void accumulate(const std::shared_ptr<TensorImpl>& leaf, Tensor grad) {
     bool sole = grad.impl_ptr().use_count() == 1 && data_private && grad.is_contiguous() && !g.grad_fn &&
                 !g.requires_grad;
     if (sole) {
-      leaf->grad = std::move(grad).impl_ptr();
+      leaf->grad = grad.impl_ptr();
       return;
     }
     Tensor c = grad.contiguous();

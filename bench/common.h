@@ -22,14 +22,16 @@ constexpr int kBatchesHeld = 8;  // distinct batches per cell, cycled
 // so every binary trains on the very same numbers.  Pixels are uniform in
 // [0, 1) like MNIST's range.
 struct RawBatch {
-  std::vector<float> x;      // batch x kFeatures, row-major
-  std::vector<int64_t> y;    // batch labels
+  std::vector<float> x;    // batch x kFeatures, row-major
+  std::vector<int64_t> y;  // batch labels
 };
 inline RawBatch synthetic_batch(int64_t batch, int k) {
   std::mt19937 gen(1000 + k);
   std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
   std::uniform_int_distribution<int64_t> label(0, kClasses - 1);
-  RawBatch b{std::vector<float>(static_cast<size_t>(batch * kFeatures)), std::vector<int64_t>(static_cast<size_t>(batch))};
+  RawBatch b;
+  b.x.resize(static_cast<size_t>(batch * kFeatures));
+  b.y.resize(static_cast<size_t>(batch));
   for (float& v : b.x) v = pixel(gen);
   for (int64_t& v : b.y) v = label(gen);
   return b;

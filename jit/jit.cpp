@@ -41,12 +41,13 @@ JitFunction JitFunction::transformed(CallTransform t) const {
 }
 
 // Everything a trace depends on besides values: metadata of every input and
-// parameter (contiguous or not, since an executor's checker may ask), the training flag, grad mode, the executors.
+// parameter (contiguous or not, since an executor's checker may ask), the
+// training flag, grad mode, the executors.
 std::string JitFunction::key_for(const std::vector<Tensor>& args) const {
   std::ostringstream os;
   auto add = [&](const char* what, size_t i, const Tensor& t) {
-    os << what << i << "=" << t.meta_str() << (t.is_contiguous() ? "" : ",strided") << (t.requires_grad() ? ",grad" : "")
-       << ";";
+    os << what << i << "=" << t.meta_str() << (t.is_contiguous() ? "" : ",strided")
+       << (t.requires_grad() ? ",grad" : "") << ";";
   };
   for (size_t i = 0; i < args.size(); ++i) add("input", i, args[i]);
   for (size_t i = 0; i < captured_.size(); ++i) add("param", i, captured_[i]);
@@ -169,23 +170,23 @@ std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tenso
     GradTraces g = grad_pass(fwd, *e->names, needs, executors_);
     Trace t = fwd;
     t.bsyms = g.forward.bsyms;
-    std::unordered_map<int64_t, Tensor> ones;
+    std::unordered_map<int64_t, Tensor> seed_of;  // backward cotangent -> its value
     size_t n_saved = g.backward.split;
     std::vector<BoundSymbol> seeds = record(*e->names, [&] {
       for (size_t k = n_saved; k < g.backward.inputs.size(); ++k) {
         const Tensor& c = g.backward.inputs[k];
-        ones[id_of(c)] = transform_ == CallTransform::Vjp ? fwd.inputs[first_cotangent + (k - n_saved)]
+        seed_of[id_of(c)] = transform_ == CallTransform::Vjp ? fwd.inputs[first_cotangent + (k - n_saved)]
                                                           : full(c.sizes(), 1.0, c.dtype(), c.device());
       }
     }, /*flatten=*/false);
     std::vector<BoundSymbol> bwd = g.backward.bsyms;
-    substitute(bwd, ones);
+    substitute(bwd, seed_of);
     t.bsyms.insert(t.bsyms.end(), seeds.begin(), seeds.end());
     t.bsyms.insert(t.bsyms.end(), bwd.begin(), bwd.end());
     t.outputs = transform_ == CallTransform::Grad ? std::vector<Tensor>{} : fwd.outputs;
     for (const Tensor& o : g.backward.outputs) {
-      auto it = ones.find(id_of(o));
-      t.outputs.push_back(it != ones.end() ? it->second : o);
+      auto it = seed_of.find(id_of(o));
+      t.outputs.push_back(it != seed_of.end() ? it->second : o);
     }
     t.kind = Trace::Kind::Plain;
     t.provenance = "Grad transform";

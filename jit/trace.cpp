@@ -109,10 +109,10 @@ void print_bsym(std::ostream& os, const ProxyNames& names, const BoundSymbol& b,
     for (const Tensor& o : b.outputs)
       if (!used->count(id_of(o))) unused.insert(id_of(o));
   std::string outs = outputs_str(names, b.outputs);
-  if (!unused.empty()) {
+  if (!unused.empty()) {  // only multi-output lines have unused outputs
     outs = "(";
-    for (size_t i = 0; i < b.outputs.size(); ++i)
-      outs += (i ? ", " : "") + (unused.count(id_of(b.outputs[i])) ? std::string("_") : names.name(b.outputs[i]));
+    for (const Tensor& o : b.outputs)
+      outs += (outs.size() > 1 ? ", " : "") + (unused.count(id_of(o)) ? std::string("_") : names.name(o));
     outs += ")";
   }
   os << indent << (depth > 0 ? "# " : "") << outs << " = " << call_str(names, b.call, as_prim);
