@@ -8,3 +8,18 @@ if [ -x build/bench/volt_bench ]; then
   echo "volt: benchmark smoke run"
   ./build/bench/volt_bench --steps 2 --smoke >/dev/null
 fi
+# The CUDA backend once more, on the simulated GPU of tests/cudasim (a CUDA
+# build only): its tests, and a benchmark step of each mode.  The exhaustive
+# elementwise case is left out here (its 600 kernels take minutes to build
+# with the host compiler); tests/cuda/test_kernels_on_host.cpp runs those
+# kernels on the host instead.
+sim=build/tests/libvolt_cudasim.so
+if [ -f "$sim" ]; then
+  echo "volt: the CUDA tests on the simulated GPU (tests/cudasim)"
+  export VOLT_KERNEL_CACHE="$PWD/build/cudasim-kernels"
+  LD_PRELOAD="$PWD/$sim" ./build/tests/volt_tests \
+    -tc='cuda: *,cuda child*,lazy: the CUDA backend*,eigen_linear*' -tce='cuda: every elementwise op*'
+  if [ -x build/bench/volt_bench ]; then
+    LD_PRELOAD="$PWD/$sim" ./build/bench/volt_bench --device cuda --batch 8 --steps 2 --smoke >/dev/null
+  fi
+fi
