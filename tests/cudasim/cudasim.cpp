@@ -98,10 +98,14 @@ int sim_device_count() {
 // One address range for all devices.  Allocations are page-aligned, each with
 // an inaccessible guard page after it.
 constexpr size_t kPage = 4096;
-constexpr size_t kArenaBytes = size_t(64) << 30;  // reserved address space, not memory
+// Address space reserved for device memory (not memory itself): 64 GiB, or
+// less where the process may not map that much.
+constexpr size_t kArenaMaxBytes = size_t(64) << 30;
+constexpr size_t kArenaMinBytes = size_t(1) << 30;
 
 struct Arena {
   char* base = nullptr;
+  size_t bytes = 0;                        // size of the reserved range
   size_t top = 0;                          // bytes of the range ever handed out
   std::map<size_t, size_t> live;           // offset -> bytes (page-rounded) of live allocations
   std::map<size_t, size_t> holes;          // offset -> bytes of freed ranges (guard pages included)
@@ -113,13 +117,21 @@ struct Arena {
 Arena& arena() {
   static Arena* a = [] {
     auto* r = new Arena;
-    void* p = ::mmap(nullptr, kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* p = MAP_FAILED;
+    size_t bytes = kArenaMaxBytes;
+    for (; bytes >= kArenaMinBytes; bytes /= 2) {
+      p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p != MAP_FAILED) break;
+    }
     if (p == MAP_FAILED) {
-      std::fprintf(stderr, "cudasim: cannot reserve the device address range\n");
+      std::fprintf(stderr, "cudasim: cannot reserve an address range for device memory (1 GiB or more)\n");
       std::abort();
     }
     r->base = static_cast<char*>(p);
-    r->capacity = static_cast<size_t>(env_int("VOLT_CUDASIM_MEMORY_MB", 4096)) << 20;
+    r->bytes = bytes;
+    // Half the range at most: every allocation also takes a guard page and
+    // freed ranges are reused only by requests that fit them.
+    r->capacity = std::min(static_cast<size_t>(env_int("VOLT_CUDASIM_MEMORY_MB", 4096)) << 20, bytes / 2);
     r->used_per_device.assign(static_cast<size_t>(sim_device_count()), 0);
     return r;
   }();
@@ -131,7 +143,7 @@ size_t round_pages(size_t n) { return (n + kPage - 1) / kPage * kPage; }
 bool in_arena(const void* p) {
   const Arena& a = arena();
   const char* c = static_cast<const char*>(p);
-  return c >= a.base && c < a.base + kArenaBytes;
+  return c >= a.base && c < a.base + a.bytes;
 }
 
 // The live allocation holding [p, p + n), or none.
@@ -592,7 +604,7 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
       break;
     }
   if (off == SIZE_MAX) {
-    if (a.top + bytes + kPage > kArenaBytes) return fail(cudaErrorMemoryAllocation);
+    if (a.top + bytes + kPage > a.bytes) return fail(cudaErrorMemoryAllocation);
     off = a.top;
     a.top += bytes + kPage;
   }
