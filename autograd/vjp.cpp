@@ -156,6 +156,8 @@ std::vector<Tensor> vjp(const OpCall& c, const Tensor& g) {
       if (c.args.size() == 3) r.push_back(sum(g2, {0}));
       return r;
     }
+    // Eager mode records cross_entropy whole where it ran as one fused kernel.
+    case OpId::cross_entropy: return {cross_entropy_backward(g, arg(c, 0), arg(c, 1)), Tensor()};
     case OpId::custom: {
       const CustomOpDef& def = custom_op(at.custom);
       VOLT_CHECK(def.vjp, def.name, "has no gradient registered");

@@ -16,6 +16,12 @@ class Backend {
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
   // Runs a prim whose outputs have already been allocated (views excepted).
   virtual void run(const OpCall& call, std::vector<Tensor>& outputs) = 0;
+  // Composite ops the device runs as one fused kernel in eager mode, through
+  // run() (cross_entropy and cross_entropy_backward; tensor/cross_entropy.inc).
+  virtual bool fuses(OpId op) const {
+    (void)op;
+    return false;
+  }
   virtual void synchronize() {}
 };
 

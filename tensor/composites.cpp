@@ -90,6 +90,15 @@ std::vector<Tensor> decompose(const OpCall& call) {
     }
     case OpId::cross_entropy:
       return {nll_loss(log_softmax(a, 1), call.args.at(1).tensor)};
+    case OpId::cross_entropy_backward: {
+      // args: g (the loss's gradient), logits (N, C), target (N)
+      const Tensor& logits = call.args.at(1).tensor;
+      const Tensor& target = call.args.at(2).tensor;
+      const int64_t n = logits.sizes()[0], c = logits.sizes()[1];
+      Tensor classes = Tensor::arange(static_cast<double>(c), target.dtype(), logits.device());
+      Tensor onehot = convert_element_type(eq(target.unsqueeze(1), classes), logits.dtype());
+      return {mul(sub(softmax(logits, 1), onehot), div(a, static_cast<double>(n)))};
+    }
     default:
       VOLT_FAIL(op_name(call.op), "has no decomposition");
   }

@@ -11,12 +11,20 @@
 #include <pmmintrin.h>
 
 #include "tensor/backend.h"
+#include "tensor/ops.h"
 #include "tensor/random.h"
 // The Philox text itself (also compiled in random.cpp): inlined here, the draw
 // loop vectorises across elements instead of calling out once per element.
 #include "tensor/philox.inc"
 
 namespace volt {
+
+// The row functions of softmax cross-entropy, shared with the CUDA kernels.
+namespace ce {
+using std::exp;
+using std::log;
+#include "tensor/cross_entropy.inc"
+}  // namespace ce
 
 void cpu_matmul(const Tensor& a, const Tensor& b, Tensor& out);                   // cpu_matmul.cpp
 void cpu_linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);  // cpu_matmul.cpp
@@ -494,6 +502,8 @@ class CpuBackend final : public Backend {
     });
   }
 
+  bool fuses(OpId op) const override { return op == OpId::cross_entropy || op == OpId::cross_entropy_backward; }
+
   void run(const OpCall& call, std::vector<Tensor>& outs) override {
     Tensor& out = outs[0];
     const OpInfo& info = op_info(call.op);
@@ -561,12 +571,48 @@ class CpuBackend final : public Backend {
         else cpu_linear(call.args[0].tensor, call.args[1].tensor,
                         call.args.size() == 3 ? &call.args[2].tensor : nullptr, out);
         return;
+      case OpKind::Composite:
+        VOLT_CHECK(fuses(call.op), info.name, "is a composite op without a fused CPU kernel");
+        cross_entropy_kernel(call, out);
+        return;
       default:
         VOLT_FAIL(info.name, "has no CPU kernel");
     }
   }
 
  private:
+  // cross_entropy (logits, target) -> loss, or cross_entropy_backward
+  // (g, logits, target) -> gradient of the logits: one pass over the rows.
+  static void cross_entropy_kernel(const OpCall& call, Tensor& out) {
+    NoGradGuard no_grad;
+    const bool backward = call.op == OpId::cross_entropy_backward;
+    const Tensor x = call.args[backward ? 1 : 0].tensor.contiguous();
+    const Tensor& target = call.args[backward ? 2 : 1].tensor;
+    const Tensor t = (target.dtype() == DType::i64 ? target : convert_element_type(target, DType::i64)).contiguous();
+    const int64_t n = x.sizes()[0], c = x.sizes()[1];
+    const int64_t* tp = static_cast<const int64_t*>(t.raw_data());
+    for (int64_t r = 0; r < n; ++r) {
+      if (tp[r] >= 0 && tp[r] < c) continue;
+      const auto [lo, hi] = std::minmax_element(tp, tp + n);
+      VOLT_FAIL(op_name(call.op), "target values must lie in [0, " << c << "), got [" << *lo << ", " << *hi << "]");
+    }
+    VOLT_DISPATCH_DTYPE(x.dtype(), [&] {
+      if constexpr (std::is_floating_point_v<scalar_t>) {
+        const scalar_t* xp = static_cast<const scalar_t*>(x.raw_data());
+        scalar_t* o = static_cast<scalar_t*>(out.raw_data());
+        if (!backward) {
+          double acc = 0;
+          for (int64_t r = 0; r < n; ++r) acc += ce::volt_ce_row_loss(xp + r * c, c, tp[r]);
+          o[0] = static_cast<scalar_t>(acc / static_cast<double>(n));
+          return;
+        }
+        const scalar_t g = static_cast<scalar_t>(call.args[0].tensor.item_double());
+        const scalar_t scale = static_cast<scalar_t>(g / static_cast<scalar_t>(n));
+        for (int64_t r = 0; r < n; ++r) ce::volt_ce_row_grad(xp + r * c, c, tp[r], scale, o + r * c);
+      }
+    });
+  }
+
   // Never destroyed: tensors held by static objects may die after the backend.
   LargeBlockCache& large_ = *new LargeBlockCache;
 

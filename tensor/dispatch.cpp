@@ -168,6 +168,36 @@ std::vector<Tensor> run_prim(const OpCall& call) {
   return outs;
 }
 
+// Whether eager mode runs a composite as one fused kernel: the device has one
+// (Backend::fuses), the operands are real tensors of the kinds the kernel takes,
+// and, for a backward op, no gradient of it is wanted (its decomposition is
+// what autograd differentiates).  Anything else decomposes, as before.
+static bool runs_fused(const OpCall& call) {
+  if (call.op != OpId::cross_entropy && call.op != OpId::cross_entropy_backward) return false;
+  if (g_lazy_handler && on_lazy(call)) return false;
+  for (const Value& v : call.args)
+    if (!v.is_tensor || !v.tensor.defined() || !v.tensor.has_data()) return false;
+  const size_t first = call.op == OpId::cross_entropy_backward ? 1 : 0;
+  if (call.args.size() != first + 2) return false;
+  const Tensor& logits = call.args[first].tensor;
+  const Tensor& target = call.args[first + 1].tensor;
+  if (logits.dim() != 2 || logits.sizes()[1] == 0 || !is_floating(logits.dtype()) || target.dim() != 1 ||
+      !is_integral(target.dtype()))
+    return false;
+  if (first == 1 && needs_grad(call)) return false;
+  Backend* be = backend_for(logits.device().type);
+  return be != nullptr && be->fuses(call.op);
+}
+
+static std::vector<Tensor> run_fused(const OpCall& call) {
+  std::vector<TensorMeta> metas = fused_meta(call);
+  std::vector<Tensor> outs;
+  for (const TensorMeta& m : metas) outs.push_back(Tensor::empty(m.sizes, m.dtype, m.device));
+  backend_for(metas[0].device.type)->run(call, outs);
+  if (needs_grad(call)) g_grad_hook(call, outs);  // autograd/vjp.cpp has its rule
+  return outs;
+}
+
 std::vector<Tensor> run_eager(const OpCall& call) {
   if (call.op == OpId::custom) {
     // A composite with a kernel runs the kernel unless a gradient is needed:
@@ -178,7 +208,7 @@ std::vector<Tensor> run_eager(const OpCall& call) {
     if (needs_grad(call)) g_grad_hook(call, outs);
     return outs;
   }
-  if (!is_prim(call.op)) return decompose(call);
+  if (!is_prim(call.op)) return runs_fused(call) ? run_fused(call) : decompose(call);
   std::vector<Tensor> outs = run_prim(call);
   if (needs_grad(call)) g_grad_hook(call, outs);
   return outs;

@@ -61,6 +61,9 @@ std::vector<TensorMeta> infer_meta(const OpCall& call);
 DType compute_dtype(const OpCall& call);
 // Composite ops: the decomposition into other ops (tensor/composites.cpp).
 std::vector<Tensor> decompose(const OpCall& call);
+// The outputs of a composite that eager mode runs as one fused kernel (see
+// run_eager): cross_entropy and cross_entropy_backward.
+std::vector<TensorMeta> fused_meta(const OpCall& call);
 
 class DispatchMode {
  public:

@@ -166,6 +166,28 @@ DType compute_dtype(const OpCall& call) {
   return dt;
 }
 
+std::vector<TensorMeta> fused_meta(const OpCall& call) {
+  const char* op = op_name(call.op);
+  VOLT_CHECK(call.op == OpId::cross_entropy || call.op == OpId::cross_entropy_backward, op,
+             "has no fused kernel");
+  const size_t first = call.op == OpId::cross_entropy_backward ? 1 : 0;
+  check_arity(call, first + 2);
+  for (const Value& v : call.args) VOLT_CHECK(v.is_tensor, op, "expected tensor arguments, got a scalar");
+  const Tensor& logits = call.args[first].tensor;
+  const Tensor& target = call.args[first + 1].tensor;
+  VOLT_CHECK(logits.dim() == 2 && logits.sizes()[1] > 0, op,
+             "expected logits (N, C) with C >= 1, got " << shape_str(logits.sizes()));
+  VOLT_CHECK(logits.dtype() == DType::f32 || logits.dtype() == DType::f64, op,
+             "expected f32 or f64 logits, got " << dtype_name(logits.dtype()));
+  VOLT_CHECK(target.dim() == 1 && target.sizes()[0] == logits.sizes()[0] && is_integral(target.dtype()), op,
+             "expected an integer target (" << logits.sizes()[0] << "), got " << target.meta_str());
+  const Device dev = common_device(call);
+  if (first == 0) return {{Shape{}, logits.dtype(), dev}};
+  const Tensor& g = call.args[0].tensor;
+  VOLT_CHECK(g.dim() == 0 && is_floating(g.dtype()), op, "expected a scalar gradient, got " << g.meta_str());
+  return {{logits.sizes(), logits.dtype(), dev}};
+}
+
 std::vector<TensorMeta> infer_meta(const OpCall& call) {
   const OpInfo& info = op_info(call.op);
   const char* op = info.name;

@@ -76,6 +76,7 @@ enum class OpKind : uint8_t {
   X(log_softmax, Composite, "")                       \
   X(nll_loss, Composite, "")                          \
   X(cross_entropy, Composite, "")                     \
+  X(cross_entropy_backward, Composite, "")            \
   X(custom, Custom, "")
 
 enum class OpId : uint8_t {

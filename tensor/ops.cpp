@@ -281,4 +281,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target) {
   return call1(OpId::cross_entropy, {logits, target});
 }
 
+Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& target) {
+  check_tensor(g, "cross_entropy_backward");
+  check_tensor(logits, "cross_entropy_backward");
+  check_tensor(target, "cross_entropy_backward");
+  return call1(OpId::cross_entropy_backward, {g, logits, target});
+}
+
 }  // namespace volt

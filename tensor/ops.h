@@ -83,7 +83,13 @@ Tensor softmax(const Tensor& a, int64_t dim);
 Tensor log_softmax(const Tensor& a, int64_t dim);
 // logp (N, C), target (N) integer classes -> mean of -logp[i, target[i]]
 Tensor nll_loss(const Tensor& logp, const Tensor& target);
+// logits (N, C), target (N) -> mean over rows of log(sum_j exp(logits[i, j])) - logits[i, target[i]].
+// A composite (log_softmax, then nll_loss) that eager mode runs as one fused
+// kernel where the device has one (tensor/cross_entropy.inc).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target);
+// The gradient of cross_entropy with respect to the logits, given the loss's
+// gradient g (a scalar): g * (softmax(logits) - onehot(target)) / N.
+Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& target);
 
 // ---- C++ operators ----
 inline Tensor operator-(const Tensor& a) { return neg(a); }

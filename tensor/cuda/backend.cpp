@@ -4,6 +4,7 @@
 // reduction, matmul/linear cuBLAS, uniform the shared Philox function.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <unordered_map>
 
@@ -12,6 +13,7 @@
 #include "tensor/cuda/backend.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/cuda/runtime.h"
+#include "tensor/ops.h"
 
 namespace volt::cuda {
 
@@ -147,6 +149,36 @@ void run_uniform(const OpCall& call, const Tensor& out) {
   launch(k, dev, n, params);
 }
 
+// cross_entropy (logits, target) or cross_entropy_backward (g, logits, target):
+// one launch, no synchronisation (a bad target is reported through the error word).
+void run_cross_entropy(const OpCall& call, const Tensor& out) {
+  NoGradGuard no_grad;
+  const bool backward = call.op == OpId::cross_entropy_backward;
+  const int dev = out.device().index;
+  const Tensor x = contiguous_on_device(call.args[backward ? 1 : 0].tensor);
+  const Tensor& target = call.args[backward ? 2 : 1].tensor;
+  const Tensor t =
+      contiguous_on_device(target.dtype() == DType::i64 ? target : convert_element_type(target, DType::i64));
+  const DType dt = x.dtype();
+  long long n = x.sizes()[0], c = x.sizes()[1];
+  cudaKernel_t k = cached_kernel(cross_entropy_name(dt, backward), dev, [&] { return cross_entropy_source(dt, backward); });
+  void* xp = x.raw_data();
+  void* tp = t.raw_data();
+  void* op = out.raw_data();
+  long long* err = error_word(dev);
+  double nan = std::numeric_limits<double>::quiet_NaN();
+  if (!backward) {
+    void* params[] = {&xp, &tp, &n, &c, &op, &err, &nan};
+    launch(k, dev, dim3(1), dim3(256), params);
+    return;
+  }
+  const Tensor g = call.args[0].tensor.to(out.device()).to(dt);
+  void* gp = g.raw_data();
+  if (n == 0) return;
+  void* params[] = {&gp, &xp, &tp, &n, &c, &op, &err, &nan};
+  launch(k, dev, n, params);
+}
+
 }  // namespace
 
 void fill(const Tensor& t, double value) {
@@ -202,7 +234,7 @@ class CudaBackend final : public Backend {
       Tensor d = dst.is_contiguous() ? dst : Tensor::empty(dst.sizes(), dst.dtype(), kCPU);
       DeviceGuard g(dev);
       VOLT_CUDA_CHECK(cudaMemcpyAsync(d.raw_data(), s.raw_data(), nbytes, cudaMemcpyDeviceToHost, stream(dev)));
-      VOLT_CUDA_CHECK(cudaStreamSynchronize(stream(dev)));
+      cuda::synchronize(dev);  // and reports what a kernel recorded in the error word
       if (!d.is_same(dst)) backend_for(DeviceType::CPU)->copy(dst, d);
       return;
     }
@@ -228,6 +260,8 @@ class CudaBackend final : public Backend {
     }
     strided_copy(dst, s);
   }
+
+  bool fuses(OpId op) const override { return op == OpId::cross_entropy || op == OpId::cross_entropy_backward; }
 
   void run(const OpCall& call, std::vector<Tensor>& outs) override {
     Tensor& out = outs[0];
@@ -265,6 +299,10 @@ class CudaBackend final : public Backend {
         if (call.op == OpId::matmul) cublas_matmul(call.args[0].tensor, call.args[1].tensor, out);
         else cublas_linear(call.args[0].tensor, call.args[1].tensor,
                            call.args.size() == 3 ? &call.args[2].tensor : nullptr, out);
+        return;
+      case OpKind::Composite:
+        VOLT_CHECK(fuses(call.op), info.name, "is a composite op without a fused CUDA kernel");
+        run_cross_entropy(call, out);
         return;
       default:
         VOLT_FAIL(info.name, "has no CUDA kernel");

@@ -4,6 +4,7 @@
 
 #include "tensor/error.h"
 #include "tensor/identifiers.h"
+#include "volt/cross_entropy_source.h"
 
 namespace volt::cuda {
 
@@ -172,6 +173,63 @@ std::string fill_source(DType t) {
      << "       i += (long long)blockDim.x * gridDim.x)\n"
      << "    out[i] = v;\n"
      << "}\n";
+  return os.str();
+}
+
+// ---------------------------------------------------------------- cross-entropy
+
+std::string cross_entropy_name(DType t, bool backward) {
+  return std::string("volt_cross_entropy_") + (backward ? "backward_" : "") + dtype_name(t);
+}
+
+std::string cross_entropy_source(DType t, bool backward) {
+  VOLT_CHECK(t == DType::f32 || t == DType::f64, "cross_entropy", "expected f32 or f64 logits, got " << dtype_name(t));
+  const std::string T = ct(t);
+  std::ostringstream os;
+  os << kCrossEntropySource << "\n";
+  // A bad class index: noted in the error word (kind 1, the value, the class count).
+  os << "#ifndef VOLT_CE_TARGET_OK\n"
+     << "#define VOLT_CE_TARGET_OK\n"
+     << "__device__ inline bool volt_ce_target_ok(long long k, long long c, long long* err) {\n"
+     << "  if (k >= 0 && k < c) return true;\n"
+     << "  err[1] = k;\n"
+     << "  err[2] = c;\n"
+     << "  err[0] = 1;\n"
+     << "  return false;\n"
+     << "}\n"
+     << "#endif\n";
+  if (!backward) {
+    os << "// x (n, c), t (n) -> out[0] = mean of the row losses; the sum is taken in double\n"
+       << "// in a fixed order (each thread's rows, then a tree over the block).\n"
+       << "extern \"C\" __global__ void " << cross_entropy_name(t, false) << "(const " << T
+       << "* x, const long long* t, long long n, long long c, " << T << "* out, long long* err, double nan) {\n"
+       << "  __shared__ double part[256];\n"
+       << "  double acc = 0;\n"
+       << "  for (long long r = threadIdx.x; r < n; r += blockDim.x)\n"
+       << "    acc += volt_ce_target_ok(t[r], c, err) ? volt_ce_row_loss(x + r * c, c, t[r]) : nan;\n"
+       << "  part[threadIdx.x] = acc;\n"
+       << "  __syncthreads();\n"
+       << "  for (int s = blockDim.x / 2; s > 0; s >>= 1) {\n"
+       << "    if ((int)threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];\n"
+       << "    __syncthreads();\n"
+       << "  }\n"
+       << "  if (threadIdx.x == 0) out[0] = (" << T << ")(part[0] / (double)n);\n"
+       << "}\n";
+  } else {
+    os << "// g (), x (n, c), t (n) -> gx (n, c), one thread per row\n"
+       << "extern \"C\" __global__ void " << cross_entropy_name(t, true) << "(const " << T << "* g, const " << T
+       << "* x, const long long* t, long long n, long long c, " << T << "* gx, long long* err, double nan) {\n"
+       << "  const " << T << " scale = (" << T << ")(g[0] / (" << T << ")n);\n"
+       << "  for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < n;\n"
+       << "       r += (long long)blockDim.x * gridDim.x) {\n"
+       << "    if (volt_ce_target_ok(t[r], c, err)) {\n"
+       << "      volt_ce_row_grad(x + r * c, c, t[r], scale, gx + r * c);\n"
+       << "    } else {\n"
+       << "      for (long long j = 0; j < c; ++j) gx[r * c + j] = (" << T << ")nan;\n"
+       << "    }\n"
+       << "  }\n"
+       << "}\n";
+  }
   return os.str();
 }
 

@@ -57,6 +57,13 @@ std::string uniform_source(DType t);
 std::string fill_name(DType t);
 std::string fill_source(DType t);
 
+// Softmax cross-entropy with the row functions of tensor/cross_entropy.inc.
+// Forward, one block: loss[0] = mean over rows of the row losses.  Backward,
+// one thread per row: gx = g[0] / N * (softmax - onehot).  A target outside
+// [0, C) makes the result NaN and is recorded in the error word (runtime.h).
+std::string cross_entropy_name(DType t, bool backward);
+std::string cross_entropy_source(DType t, bool backward);
+
 // Fused optimizers over a table of parameters (tensor/cuda/optim.h).
 std::string adam_name(DType t);
 std::string adam_source(DType t);

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -37,6 +38,8 @@ struct PerDevice {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   int cc = 0, sms = 0;
+  long long* error_host = nullptr;    // the error word, in mapped pinned host memory
+  long long* error_device = nullptr;  // the same memory as the device addresses it
 };
 
 std::array<PerDevice, kMaxDevices>& devices() {
@@ -97,7 +100,42 @@ cublasHandle_t cublas_handle(int device) { return per_device(device).cublas; }
 int compute_capability(int device) { return per_device(device).cc; }
 int multiprocessor_count(int device) { return per_device(device).sms; }
 
-void synchronize(int device) { VOLT_CUDA_CHECK(cudaStreamSynchronize(stream(device))); }
+long long* error_word(int device) {
+  PerDevice& d = per_device(device);
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!d.error_device) {
+    DeviceGuard g(device);
+    void* host = nullptr;
+    void* dev = nullptr;
+    VOLT_CUDA_CHECK(cudaHostAlloc(&host, 4 * sizeof(long long), cudaHostAllocMapped));
+    std::memset(host, 0, 4 * sizeof(long long));
+    VOLT_CUDA_CHECK(cudaHostGetDevicePointer(&dev, host, 0));
+    d.error_host = static_cast<long long*>(host);
+    d.error_device = static_cast<long long*>(dev);
+  }
+  return d.error_device;
+}
+
+void check_kernel_errors(int device) {
+  PerDevice& d = per_device(device);
+  if (!d.error_host) return;
+  volatile long long* w = d.error_host;
+  if (w[0] == 0) return;
+  const long long kind = w[0], value = w[1], classes = w[2];
+  w[0] = 0;
+  w[1] = 0;
+  w[2] = 0;
+  VOLT_CHECK(kind != 1, "cross_entropy",
+             "target values must lie in [0, " << classes << "), got " << value << " (found by a kernel on cuda:"
+                                              << device << ", reported at the first synchronisation after it)");
+  VOLT_FAIL("cuda", "a kernel on cuda:" << device << " recorded error " << kind);
+}
+
+void synchronize(int device) {
+  VOLT_CUDA_CHECK(cudaStreamSynchronize(stream(device)));
+  check_kernel_errors(device);
+}
 
 void set_allow_tf32(bool on) {
   g_allow_tf32 = on;

@@ -56,7 +56,17 @@ class DeviceGuard {
 // on it, in order, so the caching allocator may hand a freed block to the next
 // request without waiting.
 cudaStream_t stream(int device);
+// Waits for the device's stream, then reports any error a kernel recorded.
 void synchronize(int device);
+
+// The error word of a device: four long longs in host memory that kernels
+// write (mapped, pinned) when they find bad input they cannot stop on, such as
+// a class index out of range.  The GPU keeps going (the result is NaN) and
+// check_kernel_errors(), called by synchronize(), turns the record into an
+// exception that names the op, at the first synchronisation after the kernel.
+// Word 0 is the kind (0: none, 1: cross_entropy's target), 1 and 2 the details.
+long long* error_word(int device);
+void check_kernel_errors(int device);
 // Compute capability as a number: 80 for sm_80, 90 for sm_90.
 int compute_capability(int device);
 int multiprocessor_count(int device);

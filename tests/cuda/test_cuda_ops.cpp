@@ -454,6 +454,45 @@ TEST_CASE("cuda: kernels compiled by one process are loaded from disk by the nex
   fs::remove_all(dir);
 }
 
+TEST_CASE("cuda: cross_entropy is one kernel each way, matches the CPU, and a bad target is reported at the next sync") {
+  SKIP_WITHOUT_GPU();
+  manual_seed(8);
+  for (DType dt : {DType::f32, DType::f64}) {
+    const std::string label = dtype_name(dt);
+    INFO(label);
+    const int64_t n = 300, c = 10;  // more rows than the forward kernel's 256 threads
+    Tensor x = Tensor::randn({n, c}, dt) * 3.0;
+    Tensor target = Tensor::randint(0, c, {n});
+    Tensor xc = x.detach().requires_grad_(true);
+    Tensor loss_cpu = cross_entropy(xc, target);
+    loss_cpu.backward();
+
+    Tensor xg = x.to(kGPU).requires_grad_(true);
+    Tensor tg = target.to(kGPU);
+    cross_entropy(xg, tg);  // compiles both kernels outside the counted region
+    const cuda::LaunchCounts before = cuda::launch_counts();
+    Tensor loss_gpu = cross_entropy(xg, tg);
+    const cuda::LaunchCounts mid = cuda::launch_counts();
+    loss_gpu.backward();
+    CHECK(mid.kernels - before.kernels == 1);
+    check_close("loss", loss_gpu.to(kCPU), loss_cpu, 1e-6, 1e-7);
+    check_close("gradient", xg.grad().to(kCPU), xc.grad(), 1e-5, 1e-8);
+    // A strided view and i32 classes go through the same kernel.
+    Tensor xt = (Tensor::randn({c, n}, dt)).t();
+    check_close("transposed", cross_entropy(xt.to(kGPU), tg.to(DType::i32)).to(kCPU), cross_entropy(xt, target),
+                1e-6, 1e-7);
+  }
+  // A class index out of range: the kernel goes on (NaN) and records it, and the
+  // next synchronisation reports it; the device is usable afterwards.
+  Tensor x = Tensor::zeros({4, 3}, DType::f32, kGPU);
+  Tensor bad = Tensor::from_vector<int64_t>({0, 1, 7, 2}).to(kGPU);
+  Tensor loss = cross_entropy(x, bad);
+  CHECK_THROWS_WITH_AS(loss.item<float>(), doctest::Contains("cross_entropy: target values must lie in [0, 3), got 7"),
+                       Error);
+  Tensor good = Tensor::from_vector<int64_t>({0, 1, 2, 2}).to(kGPU);
+  CHECK(cross_entropy(x, good).item<float>() == doctest::Approx(std::log(3.0)));
+}
+
 TEST_CASE("cuda: launches and cuBLAS calls are counted") {
   SKIP_WITHOUT_GPU();
   const Device d = Device::cuda(0);

@@ -109,7 +109,7 @@ TEST_CASE("nvrtc: every eager elementwise kernel source compiles for compute_80 
   compile_all(bodies);
 }
 
-TEST_CASE("nvrtc: reductions, Philox uniform, fill and the fused optimizers compile") {
+TEST_CASE("nvrtc: reductions, Philox uniform, fill, cross-entropy and the fused optimizers compile") {
   std::vector<std::string> bodies;
   for (OpId op : {OpId::sum, OpId::amax, OpId::amin, OpId::argmax, OpId::argmin})
     for (DType in : kAll) {
@@ -123,6 +123,8 @@ TEST_CASE("nvrtc: reductions, Philox uniform, fill and the fused optimizers comp
     bodies.push_back(cuda::uniform_source(t));
     bodies.push_back(cuda::adam_source(t));
     bodies.push_back(cuda::sgd_source(t));
+    bodies.push_back(cuda::cross_entropy_source(t, false));
+    bodies.push_back(cuda::cross_entropy_source(t, true));
   }
   compile_all(bodies);
 }

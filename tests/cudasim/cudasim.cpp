@@ -267,7 +267,11 @@ void run_all() {
   for (auto& s : streams()) run_queue(s.get());
 }
 
+// VOLT_CUDASIM_TRACE=1 prints every piece of work as it is queued: what a
+// program asks of the GPU, launch by launch.
 void enqueue(cudaStream_t s, std::string what, std::function<void()> run) {
+  static const bool trace = env_int("VOLT_CUDASIM_TRACE", 0) != 0;
+  if (trace) std::fprintf(stderr, "cudasim: %s\n", what.c_str());
   resolve(s)->queue.push_back({std::move(what), std::move(run)});
 }
 
@@ -636,6 +640,41 @@ cudaError_t cudaFree(void* ptr) {
   return cudaSuccess;
 }
 
+// Pinned host memory is host memory here; a mapped allocation's device address
+// is its host address, as with unified addressing on a GPU.
+std::map<void*, unsigned>& host_allocations() {
+  static auto* m = new std::map<void*, unsigned>;
+  return *m;
+}
+
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (!ptr) return fail(cudaErrorInvalidValue);
+  void* p = std::aligned_alloc(kPage, round_pages(std::max<size_t>(size, 1)));
+  if (!p) return fail(cudaErrorMemoryAllocation);
+  host_allocations()[p] = flags;
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostGetDevicePointer(void** dev, void* host, unsigned int flags) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  auto it = host_allocations().find(host);
+  if (!dev || flags != 0 || it == host_allocations().end() || !(it->second & cudaHostAllocMapped))
+    return fail(cudaErrorInvalidValue);
+  *dev = host;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (!ptr) return cudaSuccess;
+  run_all();
+  if (host_allocations().erase(ptr) == 0) return fail(cudaErrorInvalidValue);
+  std::free(ptr);
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind, cudaStream_t s) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   if (count == 0) return cudaSuccess;
@@ -780,7 +819,9 @@ cudaError_t cudaLaunchKernel(const void* func, dim3 grid, dim3 block, void** arg
   void (*run)(void*) = nullptr;
   void (*release)(void*) = nullptr;
   k->entry(args, &bound, &run, &release);
-  enqueue(s, "kernel " + k->name, [k, grid, block, run, release, bound] {
+  const std::string what = "kernel " + k->name + " <<<(" + std::to_string(grid.x) + "," + std::to_string(grid.y) +
+                           "," + std::to_string(grid.z) + "), " + std::to_string(threads) + ">>>";
+  enqueue(s, what, [k, grid, block, run, release, bound] {
     run_grid(*k, grid, block, run, bound);
     release(bound);
   });
@@ -837,7 +878,9 @@ cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperat
         !within_allocation(C + b * sc, extent(m, n, ldc) * sizeof(T)))
       return CUBLAS_STATUS_INVALID_VALUE;
   const T al = *alpha, be = *beta;  // host pointer mode: read at the call
-  enqueue(h->stream, "cuBLAS gemm", [=] {
+  std::string what = "cuBLAS gemm m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
+  if (batches > 1) what += " batches=" + std::to_string(batches);
+  enqueue(h->stream, what, [=] {
     for (int b = 0; b < batches; ++b) gemm_cm<T>(ta, tb, m, n, k, al, A + b * sa, lda, B + b * sb, ldb, be, C + b * sc, ldc);
   });
   return CUBLAS_STATUS_SUCCESS;

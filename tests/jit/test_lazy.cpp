@@ -310,7 +310,10 @@ TEST_CASE("lazy: an optimizer step records into the graph and lr is a runtime va
 // Same seed, same batches: every step's loss and the final parameters agree.
 // Dropout draws the same masks (its counters are reserved when recorded);
 // the optimizers differ only in rounding (eager Adam is one fused CPU loop,
-// lazy Adam the same rule as tensor ops).
+// lazy Adam the same rule as tensor ops), and so does the loss's gradient
+// (eager runs cross_entropy as one fused kernel, lazy its decomposition).
+// Adam turns such rounding into steps of up to lr where a gradient is near 0,
+// hence 1e-4 on the parameters after 20 steps.
 static void check_training_matches_eager(int64_t in, const std::vector<int64_t>& widths, double dropout, double lr) {
   fresh();
   const int steps = 20;
@@ -351,7 +354,7 @@ static void check_training_matches_eager(int64_t in, const std::vector<int64_t>&
   }
   for (int i = 0; i < steps; ++i) CHECK(std::fabs(lazy_losses[i] - eager_losses[i]) < 1e-5);
   auto pe = eager_net->parameters(), pl = lazy_net->parameters();
-  for (size_t i = 0; i < pe.size(); ++i) CHECK(max_abs_diff(pl[i], pe[i]) < 1e-5);
+  for (size_t i = 0; i < pe.size(); ++i) CHECK(max_abs_diff(pl[i], pe[i]) < 1e-4);
   CHECK(lazy::metrics::counter_value("UncachedCompile") == 1);
   CHECK(lazy::metrics::counter_value("CachedCompile") == steps - 1);
   CHECK(lazy::metrics::counter_value("RunGraph.value_needed") == 0);

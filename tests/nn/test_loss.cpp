@@ -1,10 +1,14 @@
 // Cross-entropy against a hand computation in double loops, value and gradient.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
+#include "autograd/node.h"
 #include "nn/functional.h"
 #include "nn/loss.h"
+#include "tensor/dispatch.h"
+#include "tensor/ops.h"
 #include "tensor/random.h"
 
 using namespace volt;
@@ -83,4 +87,102 @@ TEST_CASE("CrossEntropyLoss checks its inputs") {
                        volt::Error);
   CHECK_THROWS_WITH_AS(loss_fn(Tensor::zeros({4}), Tensor::zeros({4}, DType::i64)),
                        doctest::Contains("expected logits (N, C)"), volt::Error);
+}
+
+// ---- the fused kernel eager mode runs for cross_entropy (tensor/cross_entropy.inc)
+
+namespace {
+
+// Mean over rows of log(sum exp x) - x[t], and its gradient g * (softmax - onehot) / n, in double.
+struct Reference {
+  double loss = 0;
+  std::vector<double> grad;
+};
+
+Reference reference_cross_entropy(const Tensor& logits, const std::vector<int64_t>& t, double g) {
+  const int64_t n = logits.size(0), c = logits.size(1);
+  std::vector<double> x = logits.contiguous().to_vector<double>();
+  Reference r;
+  r.grad.resize(x.size());
+  for (int64_t i = 0; i < n; ++i) {
+    double mx = -INFINITY, s = 0;
+    for (int64_t j = 0; j < c; ++j) mx = std::max(mx, x[i * c + j]);
+    for (int64_t j = 0; j < c; ++j) s += std::exp(x[i * c + j] - mx);
+    r.loss += (mx + std::log(s) - x[i * c + t[i]]) / n;
+    for (int64_t j = 0; j < c; ++j)
+      r.grad[i * c + j] = g * (std::exp(x[i * c + j] - mx) / s - (j == t[i] ? 1.0 : 0.0)) / n;
+  }
+  return r;
+}
+
+double max_rel_diff(const std::vector<double>& got, const std::vector<double>& want) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::fabs(got[i] - want[i]) / (1e-3 + std::fabs(want[i])));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("cross_entropy's fused kernel: value and gradient against f64 loops and the decomposition") {
+  manual_seed(21);
+  const int64_t n = 37, c = 13;
+  std::vector<int64_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = (i * 5 + 3) % c;
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (bool transposed : {false, true}) {
+      for (DType target_dtype : {DType::i64, DType::i32}) {
+        const std::string label = std::string(dtype_name(dt)) + (transposed ? " transposed" : " contiguous") +
+                                  " logits, " + dtype_name(target_dtype) + " target";
+        INFO(label);
+        Tensor x = transposed ? (Tensor::randn({c, n}, dt) * 4.0).t() : Tensor::randn({n, c}, dt) * 4.0;
+        Tensor target = Tensor::from_vector<int64_t>(t).to(target_dtype);
+        const double tol = dt == DType::f32 ? 2e-6 : 1e-12;
+        Reference want = reference_cross_entropy(x, t, 1.0);
+
+        Tensor leaf = x.detach().requires_grad_(true);
+        Tensor loss = cross_entropy(leaf, target);
+        // Eager autograd recorded the loss whole: one node, not the decomposition's twenty.
+        REQUIRE(loss.impl()->grad_fn);
+        CHECK(loss.impl()->grad_fn->name().find("cross_entropy") != std::string::npos);
+        CHECK(loss.dtype() == dt);
+        CHECK(loss.item<double>() == doctest::Approx(want.loss).epsilon(tol));
+        loss.backward();
+        CHECK(max_rel_diff(leaf.grad().to_vector<double>(), want.grad) < (dt == DType::f32 ? 1e-5 : 1e-12));
+
+        // The composite's decomposition (what the jit and the lazy device run).
+        Tensor decomposed = decompose(OpCall{OpId::cross_entropy, {x, target}, {}})[0];
+        CHECK(decomposed.item<double>() == doctest::Approx(loss.item<double>()).epsilon(tol));
+
+        // The backward op with a gradient other than 1, fused and decomposed.
+        Tensor g = Tensor::full({}, 2.5, dt);
+        Reference want_g = reference_cross_entropy(x, t, 2.5);
+        Tensor fused_grad = cross_entropy_backward(g, x, target);
+        Tensor decomposed_grad = decompose(OpCall{OpId::cross_entropy_backward, {g, x, target}, {}})[0];
+        CHECK(fused_grad.sizes() == Shape{n, c});
+        CHECK(max_rel_diff(fused_grad.to_vector<double>(), want_g.grad) < (dt == DType::f32 ? 1e-5 : 1e-12));
+        CHECK(max_rel_diff(decomposed_grad.to_vector<double>(), want_g.grad) < (dt == DType::f32 ? 1e-5 : 1e-12));
+      }
+    }
+  }
+}
+
+TEST_CASE("cross_entropy's fused kernel: NaN rows, bad targets and empty batches") {
+  Tensor x = Tensor::from_vector<float>({1, 2, 3, NAN, 0, 1}, {2, 3});
+  CHECK(std::isnan(cross_entropy(x, Tensor::from_vector<int64_t>({0, 1})).item<double>()));
+  Tensor g = cross_entropy_backward(Tensor::full({}, 1.0), x, Tensor::from_vector<int64_t>({0, 1}));
+  std::vector<float> gv = g.to_vector<float>();
+  CHECK(std::isfinite(gv[0]));  // the first row is unaffected by the second's NaN
+  CHECK(std::isnan(gv[3]));
+
+  Tensor y = Tensor::zeros({2, 3});
+  CHECK_THROWS_WITH_AS(cross_entropy(y, Tensor::from_vector<int64_t>({-1, 2})),
+                       doctest::Contains("cross_entropy: target values must lie in [0, 3), got [-1, 2]"), volt::Error);
+  CHECK_THROWS_WITH_AS(cross_entropy_backward(Tensor::full({}, 1.0), y, Tensor::from_vector<int64_t>({0, 3})),
+                       doctest::Contains("cross_entropy_backward: target values must lie in [0, 3), got [0, 3]"),
+                       volt::Error);
+  CHECK_THROWS_WITH_AS(cross_entropy_backward(Tensor::zeros({2}), y, Tensor::from_vector<int64_t>({0, 1})),
+                       doctest::Contains("expected a scalar gradient"), volt::Error);
+  // No rows: the mean of nothing, NaN as in PyTorch.
+  CHECK(std::isnan(cross_entropy(Tensor::zeros({0, 3}), Tensor::zeros({0}, DType::i64)).item<double>()));
 }
