@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "tensor/backend.h"
@@ -43,6 +44,20 @@ void broadcast_strides(const Tensor& t, const Shape& shape, long long* out) {
 }
 
 bool dense_like(const Tensor& t, const Shape& shape) { return t.sizes() == shape && t.is_contiguous(); }
+
+// The stride of dims (sizes, strides) merged into one, if they merge (size-1 dims
+// do not count); 1 for no dims at all.
+std::optional<long long> merged_stride(const Shape& sizes, const Shape& strides) {
+  std::optional<long long> inner;
+  long long extent = 1;  // elements the dims inside the current one span
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] == 1) continue;
+    if (!inner) inner = strides[i];
+    else if (strides[i] != *inner * extent) return std::nullopt;
+    extent *= sizes[i];
+  }
+  return inner ? *inner : 1;
+}
 
 }  // namespace
 
@@ -93,17 +108,24 @@ ReduceLaunch prepare_reduce(const OpCall& call, const Tensor& out) {
   const auto& dims = call.attrs.ints;
   ReduceLaunch R;
   // Kept dims first, reduced dims last: then each output element is one row.
-  Shape ps, pst;
+  Shape ps, pst, kept_sizes, kept_strides, reduced_sizes, reduced_strides;
   for (int pass = 0; pass < 2; ++pass)
     for (int64_t d = 0; d < a.dim(); ++d) {
       const bool reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
       if (reduced != (pass == 1)) continue;
       ps.push_back(a.sizes()[d]);
       pst.push_back(a.strides()[d]);
+      (reduced ? reduced_sizes : kept_sizes).push_back(a.sizes()[d]);
+      (reduced ? reduced_strides : kept_strides).push_back(a.strides()[d]);
       if (reduced) R.len *= a.sizes()[d];
     }
   R.rows_view = a.dim() == 0 ? a : make_tensor(a.impl()->storage, ps, pst, a.storage_offset(), a.dtype(), a.device());
   R.rows = out.numel();
+  const std::optional<long long> rs = merged_stride(kept_sizes, kept_strides);
+  const std::optional<long long> es = merged_stride(reduced_sizes, reduced_strides);
+  R.in_place = rs && es;
+  R.row_stride = R.in_place ? *rs : R.len;
+  R.elem_stride = R.in_place ? *es : 1;
   while (R.block < 256 && R.block < static_cast<unsigned long long>(R.len)) R.block *= 2;
   return R;
 }
@@ -125,13 +147,13 @@ void run_reduce(const OpCall& call, const Tensor& out) {
   if (R.rows == 0) return;
   const Tensor& a = call.args[0].tensor;
   const int dev = out.device().index;
-  Tensor x = contiguous_on_device(R.rows_view);
+  Tensor x = R.in_place ? R.rows_view : contiguous_on_device(R.rows_view);
   const std::string name = reduce_name(call.op, a.dtype(), out.dtype());
   cudaKernel_t k = cached_kernel(name, dev, [&] { return reduce_source(call.op, a.dtype(), out.dtype()); });
   long long grid = std::min<long long>(R.rows, static_cast<long long>(multiprocessor_count(dev)) * 32);
   void* xp = x.raw_data();
   void* yp = out.raw_data();
-  void* params[] = {&xp, &yp, &R.rows, &R.len};
+  void* params[] = {&xp, &yp, &R.rows, &R.len, &R.row_stride, &R.elem_stride};
   launch(k, dev, dim3(static_cast<unsigned>(grid)), dim3(R.block), params);
 }
 

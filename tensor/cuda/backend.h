@@ -53,6 +53,12 @@ struct ReduceLaunch {
   Tensor rows_view;
   long long rows = 0, len = 1;
   unsigned block = 32;  // threads per row: a power of two, 32 to 256
+  // Where the kept dims and the reduced dims each merge into one (a bias
+  // gradient's sum over the rows of a matrix, say), the kernel reads the input
+  // in place: element j of row r at r * row_stride + j * elem_stride.
+  // Otherwise rows_view is first copied to a contiguous (rows, len) block.
+  bool in_place = false;
+  long long row_stride = 0, elem_stride = 1;
 };
 ReduceLaunch prepare_reduce(const OpCall& call, const Tensor& out);
 

@@ -42,7 +42,8 @@ ElementwiseSpec elementwise_spec(const OpCall& call, DType out, bool strided);
 std::string elementwise_name(const ElementwiseSpec& s);
 std::string elementwise_source(const ElementwiseSpec& s);
 
-// Row reductions: y[r] = op(x[r * len .. r * len + len)) for r < rows, one block per row.
+// Row reductions: y[r] = op(x[r * row_stride + j * elem_stride] for j < len),
+// for r < rows, one block per row.
 // sum accumulates floats in double and integers in long long (as the CPU does);
 // amax/amin propagate NaN; argmax/argmin return the first index of the extremum
 // (or of the first NaN).

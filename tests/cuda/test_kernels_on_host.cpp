@@ -263,16 +263,28 @@ TEST_CASE("cuda kernels on the host: reductions, uniform, fill and the fused opt
   for (DType t : kAll) host.add(cuda::fill_name(t), cuda::fill_source(t));
   REQUIRE(host.build());
 
+  int in_place_cases = 0;
   for (RCase& c : rcases) {
     Launch f = host.get(cuda::reduce_name(c.call.op, c.call.args[0].tensor.dtype(), c.out.dtype()));
     REQUIRE(static_cast<bool>(f));
     void* xp = c.rows.raw_data();
     void* yp = c.out.raw_data();
-    void* params[] = {&xp, &yp, &c.r.rows, &c.r.len};
+    long long row_stride = c.r.len, elem_stride = 1;  // the contiguous copy's
+    void* params[] = {&xp, &yp, &c.r.rows, &c.r.len, &row_stride, &elem_stride};
     f(params);
     Tensor want = run_prim(c.call)[0];
     check_same(c.label, c.out, want, 1e-6);
+    if (c.r.in_place) {  // and reading the input where it lies, as the GPU does then
+      Tensor again = Tensor::zeros(c.out.sizes(), c.out.dtype());
+      void* xq = c.r.rows_view.raw_data();
+      void* yq = again.raw_data();
+      void* in_place[] = {&xq, &yq, &c.r.rows, &c.r.len, &c.r.row_stride, &c.r.elem_stride};
+      f(in_place);
+      check_same(c.label + " (in place)", again, want, 1e-6);
+      ++in_place_cases;
+    }
   }
+  CHECK(in_place_cases > 0);
 
   // uniform: the same bits as the CPU for the same (seed, offset).
   for (DType t : {DType::f32, DType::f64}) {
