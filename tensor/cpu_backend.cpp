@@ -502,7 +502,7 @@ class CpuBackend final : public Backend {
     });
   }
 
-  bool fuses(OpId op) const override { return op == OpId::cross_entropy || op == OpId::cross_entropy_backward; }
+  bool fuses(OpId op) const override { return has_fused_kernel(op); }
 
   void run(const OpCall& call, std::vector<Tensor>& outs) override {
     Tensor& out = outs[0];
@@ -585,9 +585,10 @@ class CpuBackend final : public Backend {
   // (g, logits, target) -> gradient of the logits: one pass over the rows.
   static void cross_entropy_kernel(const OpCall& call, Tensor& out) {
     NoGradGuard no_grad;
-    const bool backward = call.op == OpId::cross_entropy_backward;
-    const Tensor x = call.args[backward ? 1 : 0].tensor.contiguous();
-    const Tensor& target = call.args[backward ? 2 : 1].tensor;
+    const size_t first = fused_logits_index(call.op);
+    const bool backward = first == 1;
+    const Tensor x = call.args[first].tensor.contiguous();
+    const Tensor& target = call.args[first + 1].tensor;
     const Tensor t = (target.dtype() == DType::i64 ? target : convert_element_type(target, DType::i64)).contiguous();
     const int64_t n = x.sizes()[0], c = x.sizes()[1];
     const int64_t* tp = static_cast<const int64_t*>(t.raw_data());

@@ -173,11 +173,11 @@ std::vector<Tensor> run_prim(const OpCall& call) {
 // and, for a backward op, no gradient of it is wanted (its decomposition is
 // what autograd differentiates).  Anything else decomposes, as before.
 static bool runs_fused(const OpCall& call) {
-  if (call.op != OpId::cross_entropy && call.op != OpId::cross_entropy_backward) return false;
+  if (!has_fused_kernel(call.op)) return false;
   if (g_lazy_handler && on_lazy(call)) return false;
   for (const Value& v : call.args)
     if (!v.is_tensor || !v.tensor.defined() || !v.tensor.has_data()) return false;
-  const size_t first = call.op == OpId::cross_entropy_backward ? 1 : 0;
+  const size_t first = fused_logits_index(call.op);
   if (call.args.size() != first + 2) return false;
   const Tensor& logits = call.args[first].tensor;
   const Tensor& target = call.args[first + 1].tensor;

@@ -61,8 +61,12 @@ std::vector<TensorMeta> infer_meta(const OpCall& call);
 DType compute_dtype(const OpCall& call);
 // Composite ops: the decomposition into other ops (tensor/composites.cpp).
 std::vector<Tensor> decompose(const OpCall& call);
-// The outputs of a composite that eager mode runs as one fused kernel (see
-// run_eager): cross_entropy and cross_entropy_backward.
+// The composites eager mode may run as one fused kernel (Backend::fuses):
+// cross_entropy (logits, target) and cross_entropy_backward (g, logits, target).
+inline bool has_fused_kernel(OpId op) { return op == OpId::cross_entropy || op == OpId::cross_entropy_backward; }
+// Where the logits stand among such a call's arguments; the target follows them.
+inline size_t fused_logits_index(OpId op) { return op == OpId::cross_entropy_backward ? 1 : 0; }
+// The outputs of such a call when it runs fused (see run_eager).
 std::vector<TensorMeta> fused_meta(const OpCall& call);
 
 class DispatchMode {

@@ -168,9 +168,8 @@ DType compute_dtype(const OpCall& call) {
 
 std::vector<TensorMeta> fused_meta(const OpCall& call) {
   const char* op = op_name(call.op);
-  VOLT_CHECK(call.op == OpId::cross_entropy || call.op == OpId::cross_entropy_backward, op,
-             "has no fused kernel");
-  const size_t first = call.op == OpId::cross_entropy_backward ? 1 : 0;
+  VOLT_CHECK(has_fused_kernel(call.op), op, "has no fused kernel");
+  const size_t first = fused_logits_index(call.op);
   check_arity(call, first + 2);
   for (const Value& v : call.args) VOLT_CHECK(v.is_tensor, op, "expected tensor arguments, got a scalar");
   const Tensor& logits = call.args[first].tensor;

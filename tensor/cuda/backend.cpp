@@ -175,10 +175,11 @@ void run_uniform(const OpCall& call, const Tensor& out) {
 // one launch, no synchronisation (a bad target is reported through the error word).
 void run_cross_entropy(const OpCall& call, const Tensor& out) {
   NoGradGuard no_grad;
-  const bool backward = call.op == OpId::cross_entropy_backward;
+  const size_t first = fused_logits_index(call.op);
+  const bool backward = first == 1;
   const int dev = out.device().index;
-  const Tensor x = contiguous_on_device(call.args[backward ? 1 : 0].tensor);
-  const Tensor& target = call.args[backward ? 2 : 1].tensor;
+  const Tensor x = contiguous_on_device(call.args[first].tensor);
+  const Tensor& target = call.args[first + 1].tensor;
   const Tensor t =
       contiguous_on_device(target.dtype() == DType::i64 ? target : convert_element_type(target, DType::i64));
   const DType dt = x.dtype();
@@ -283,7 +284,7 @@ class CudaBackend final : public Backend {
     strided_copy(dst, s);
   }
 
-  bool fuses(OpId op) const override { return op == OpId::cross_entropy || op == OpId::cross_entropy_backward; }
+  bool fuses(OpId op) const override { return has_fused_kernel(op); }
 
   void run(const OpCall& call, std::vector<Tensor>& outs) override {
     Tensor& out = outs[0];
