@@ -178,8 +178,8 @@ bool skinny_matmul(const T* a, int64_t m, int64_t k, int64_t ars, int64_t acs, c
 // into panels of kPackRows rows and B into panels of kPackCols<T> columns, each
 // laid out k-major, so that the register tile below reads both operands
 // sequentially from the cache and does one load of B per kPackRows multiply-adds.
-// Copying costs (m + n) k moves against m n k multiply-adds; with Eigen's own
-// packing this runs about 1.2x Eigen's GEMM on these shapes.
+// Copying costs (m + n) k moves against m n k multiply-adds.  On the seed
+// model's GEMMs this runs 1.07-1.29x as fast as Eigen's (which packs too).
 //
 // Each element of C is one chain of fused multiply-adds over k in ascending
 // order (a k-block after the first starts from the partial sums left in C, and
