@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# volt as other projects use it: installs the build into a temporary prefix, then
+# builds and runs consumer.cpp through find_package(volt), through pkg-config, and
+# through add_subdirectory of the source tree.  Usage: tests/package/check.sh [BUILD_DIR]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+work="$build/package-check"
+rm -rf "$work"; mkdir -p "$work"
+fail() { echo "package check: $*" >&2; exit 1; }
+
+prefix="$work/prefix"
+cmake --install "$build" --prefix "$prefix" >/dev/null
+lib=$(find "$prefix" -name 'libvolt.so.*.*' | head -1)
+[ -n "$lib" ] || fail "no versioned libvolt.so.X.Y installed"
+soname=$(objdump -p "$lib" | awk '/SONAME/ {print $2}')
+[[ "$soname" == libvolt.so.0.* ]] || fail "libvolt's SONAME is '$soname', expected libvolt.so.0.<minor>"
+[ -f "$prefix/include/volt/volt.h" ] || fail "include/volt/volt.h not installed"
+if grep -rq -- '-march' "$prefix"/lib*/cmake/volt/ "$prefix"/lib*/pkgconfig/; then
+  fail "the installed usage requirements carry a -march flag"
+fi
+
+echo "package check: find_package(volt)"
+cmake -S "$here" -B "$work/find" -DCMAKE_PREFIX_PATH="$prefix" -DVOLT_CONSUME=package >/dev/null
+cmake --build "$work/find" -j2 >/dev/null
+"$work/find/consumer"
+
+echo "package check: pkg-config"
+libdir=$(dirname "$lib")
+flags=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs volt)
+# shellcheck disable=SC2086
+${CXX:-g++} -O1 -I"$here" "$here/consumer.cpp" -o "$work/pc_consumer" $flags -Wl,-rpath,"$libdir"
+"$work/pc_consumer"
+
+echo "package check: add_subdirectory"
+cmake -S "$here" -B "$work/sub" -DVOLT_CONSUME=subdirectory -DVOLT_SOURCE_DIR="$root" \
+  -DVOLT_CUDA=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$work/sub" -j"$(nproc)" >/dev/null
+"$work/sub/consumer"
+echo "package check: passed"

@@ -1,0 +1,28 @@
+// A program of someone else's that uses an installed (or vendored) volt: it must
+// compile from <volt/volt.h> alone, with its own data/dataset.h beside it.
+#include <volt/volt.h>
+
+#include <iostream>
+
+#include "data/dataset.h"  // the application's own header of that name
+
+int main() {
+  using namespace volt;
+  manual_seed(0);
+  auto net = std::make_shared<nn::MLP>(4, std::vector<int64_t>{16, 3});
+  nn::Adam opt(net->parameters(), 0.05);
+  Tensor x = randn({32, 4});
+  Tensor y = app::labels_of(x);
+  auto jnet = jit::jit(net);
+  double first = 0, last = 0;
+  for (int step = 0; step < 60; ++step) {
+    Tensor loss = nn::functional::cross_entropy(jnet(x), y);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    (step == 0 ? first : last) = loss.item();
+  }
+  std::cout << "consumer: loss " << first << " -> " << last << ", dtype " << x.dtype() << ", device "
+            << x.device() << "\n";
+  return last < 0.5 * first ? 0 : 1;  // it learned: the package works end to end
+}
