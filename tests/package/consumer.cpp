@@ -10,7 +10,7 @@ int main() {
   using namespace volt;
   manual_seed(0);
   auto net = std::make_shared<nn::MLP>(4, std::vector<int64_t>{16, 3});
-  nn::Adam opt(net->parameters(), 0.05);
+  nn::Adam opt(net->parameters(), {.lr = 0.05});
   Tensor x = randn({32, 4});
   Tensor y = app::labels_of(x);
   auto jnet = jit::jit(net);
@@ -20,7 +20,7 @@ int main() {
     opt.zero_grad();
     loss.backward();
     opt.step();
-    (step == 0 ? first : last) = loss.item();
+    (step == 0 ? first : last) = loss.item<float>();
   }
   std::cout << "consumer: loss " << first << " -> " << last << ", dtype " << x.dtype() << ", device "
             << x.device() << "\n";
