@@ -4,6 +4,10 @@
 
 namespace volt::nn {
 
+Tensor CrossEntropyLoss::forward(const Tensor&) {
+  throw Error("CrossEntropyLoss: takes two inputs, (logits, target); called with one");
+}
+
 Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& target) {
   VOLT_CHECK(logits.dim() == 2, "CrossEntropyLoss",
              "expected logits (N, C), got " << shape_str(logits.sizes()));

@@ -14,7 +14,8 @@ class CrossEntropyLoss : public Module {
   // logits: (N, C), target: (N) integer class indices -> () mean reduction
   Tensor forward(const Tensor& logits, const Tensor& target);
   Tensor operator()(const Tensor& logits, const Tensor& target) { return forward(logits, target); }
-  using Module::forward;
+  // A loss takes two inputs: called with one, it says so.
+  Tensor forward(const Tensor& x) override;
   using Module::operator();
 };
 

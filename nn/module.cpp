@@ -1,5 +1,10 @@
 #include "nn/module.h"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
+#include <typeinfo>
 #include <ostream>
 #include <sstream>
 
@@ -41,8 +46,15 @@ std::string indent_tail(const std::string& s, int spaces) {
 
 }  // namespace
 
-Tensor Module::forward(const Tensor&) {
-  throw Error(type_name_ + ": this module has no single-input forward()");
+std::string Module::type_name() const {
+  if (!type_name_.empty()) return type_name_;
+  // The dynamic type's name, demangled, without its namespaces ("app::Net" -> "Net").
+  const char* mangled = typeid(*this).name();
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> full(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
+  std::string name = status == 0 && full ? full.get() : mangled;
+  size_t colon = name.rfind("::");
+  return colon == std::string::npos ? name : name.substr(colon + 2);
 }
 
 bool Module::has_member(const std::string& name) const {
@@ -57,7 +69,7 @@ bool Module::has_member(const std::string& name) const {
 Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
   check_name("register_parameter", name);
   VOLT_CHECK(!has_member(name), "register_parameter",
-             type_name_ << " already has a member named '" << name << "'");
+             type_name() << " already has a member named '" << name << "'");
   if (t.defined()) {
     VOLT_CHECK(t.is_leaf(), "register_parameter",
                "'" << name << "' is the result of an op; pass a leaf (detach() it)");
@@ -70,7 +82,7 @@ Tensor Module::register_parameter(const std::string& name, Tensor t, bool requir
 Tensor Module::register_buffer(const std::string& name, Tensor t) {
   check_name("register_buffer", name);
   VOLT_CHECK(!has_member(name), "register_buffer",
-             type_name_ << " already has a member named '" << name << "'");
+             type_name() << " already has a member named '" << name << "'");
   buffers_.emplace_back(name, t);
   return t;
 }
@@ -79,7 +91,7 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   check_name("register_module", name);
   VOLT_CHECK(m != nullptr, "register_module", "module '" << name << "' is null");
   VOLT_CHECK(!has_member(name), "register_module",
-             type_name_ << " already has a member named '" << name << "'");
+             type_name() << " already has a member named '" << name << "'");
   children_.emplace_back(name, std::move(m));
 }
 
@@ -152,9 +164,9 @@ Module& Module::to(Device device) {
 
 std::string Module::repr() const {
   std::string extra = extra_repr();
-  if (children_.empty()) return type_name_ + "(" + extra + ")";
+  if (children_.empty()) return type_name() + "(" + extra + ")";
   std::ostringstream os;
-  os << type_name_ << "(\n";
+  os << type_name() << "(\n";
   if (!extra.empty()) os << "  " << indent_tail(extra, 2) << "\n";
   for (const auto& [n, c] : children_) os << "  (" << n << "): " << indent_tail(c->repr(), 2) << "\n";
   os << ")";

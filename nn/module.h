@@ -25,13 +25,18 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 class Module : public std::enable_shared_from_this<Module> {
  public:
-  // `type_name` is what the printed form starts with, e.g. "Linear".
-  explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
+  // `type_name` is what the printed form starts with, e.g. "Linear"; left out,
+  // it is the class's own name (class Net : public Module prints as "Net(...)").
+  explicit Module(std::string type_name = "") : type_name_(std::move(type_name)) {}
   virtual ~Module() = default;
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
-  virtual Tensor forward(const Tensor& x);
+  // Pure, so that a subclass whose forward has another signature (say
+  // `Tensor forward(Tensor x)`, which would only hide this one) cannot be
+  // instantiated: the mistake is a compile error, not a surprise at run time.
+  // A module with several inputs overrides this one to say so (nn/loss.h).
+  virtual Tensor forward(const Tensor& x) = 0;
   Tensor operator()(const Tensor& x) { return forward(x); }
 
   // ---- registration (names are unique within one module) ----
@@ -66,7 +71,7 @@ class Module : public std::enable_shared_from_this<Module> {
   Module& to(Device device);
 
   // ---- printing ----
-  const std::string& type_name() const { return type_name_; }
+  std::string type_name() const;
   // What goes between the parentheses, e.g. "in_features=784, out_features=10, bias=True".
   virtual std::string extra_repr() const { return ""; }
   std::string repr() const;

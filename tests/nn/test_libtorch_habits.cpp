@@ -1,0 +1,80 @@
+// What a LibTorch program expects to find: free factories, stream operators for
+// dtype/device/shape, module names from the class, forward's signature checked
+// when the class is compiled.
+#include <doctest/doctest.h>
+
+#include <sstream>
+#include <type_traits>
+
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "nn/module.h"
+#include "tensor/factories.h"
+#include "tensor/ops.h"
+#include "tensor/random.h"
+
+using namespace volt;
+
+namespace user_code {
+struct Net : nn::Module {
+  std::shared_ptr<nn::Linear> fc;
+  Net() { fc = register_module("fc", std::make_shared<nn::Linear>(3, 2)); }
+  Tensor forward(const Tensor& x) override { return (*fc)(x); }
+};
+// The classic porting slip: by value instead of const&.  It hides Module::forward
+// instead of overriding it, so the class stays abstract and cannot be made.
+struct Slip : nn::Module {
+  Tensor forward(Tensor x) { return x; }
+};
+}  // namespace user_code
+
+TEST_CASE("a forward with another signature makes the module abstract (a compile error to create)") {
+  CHECK(std::is_abstract_v<user_code::Slip>);
+  CHECK_FALSE(std::is_abstract_v<user_code::Net>);
+  CHECK(std::is_abstract_v<nn::Module>);
+}
+
+TEST_CASE("a user module prints under its class's name") {
+  user_code::Net net;
+  std::ostringstream os;
+  os << net;
+  CHECK(os.str() == "Net(\n  (fc): Linear(in_features=3, out_features=2, bias=True)\n)");
+  CHECK(net.type_name() == "Net");
+  CHECK(nn::Linear(2, 2).type_name() == "Linear");
+}
+
+TEST_CASE("a two-input loss called with one input says so") {
+  nn::CrossEntropyLoss loss;
+  nn::Module& as_module = loss;
+  CHECK_THROWS_WITH_AS(as_module(zeros({2, 3})), doctest::Contains("takes two inputs"), volt::Error);
+}
+
+TEST_CASE("free factories equal the static ones") {
+  manual_seed(3);
+  Tensor a = randn({4, 5});
+  manual_seed(3);
+  Tensor b = Tensor::randn({4, 5});
+  CHECK(a.sizes() == Shape{4, 5});
+  CHECK(((a - b) * (a - b)).sum().item<float>() == 0.0f);
+  CHECK(zeros({2, 3}, kF64).dtype() == DType::f64);
+  CHECK(ones({3}).sum().item<float>() == 3.0f);
+  CHECK(full({2}, 7.0).sum().item<float>() == 14.0f);
+  CHECK(arange(5).dtype() == DType::i64);
+  CHECK(arange(5).sum().item<int64_t>() == 10);
+  Tensor t = tensor({1.5f, 2.5f});
+  CHECK(t.dtype() == DType::f32);
+  CHECK(t.sum().item<float>() == 4.0f);
+  CHECK(tensor({1, 2, 3}).dtype() == DType::i64);
+  CHECK(tensor({1.0, 2.0}).dtype() == DType::f64);
+  Tensor r = randint(0, 10, {100});
+  CHECK((-r).amax().item<int64_t>() <= 0);
+  CHECK(r.amax().item<int64_t>() < 10);
+  CHECK(zeros_like(r).sizes() == r.sizes());
+  CHECK(ones_like(a).sum().item<float>() == 20.0f);
+}
+
+TEST_CASE("dtype, device and shape print as volt names them") {
+  std::ostringstream os;
+  os << DType::f32 << " " << kCPU << " " << Shape{8, 784};
+  CHECK(os.str() == "f32 cpu [8, 784]");
+}
