@@ -119,6 +119,16 @@ std::string emit(const Tensor& t, const std::vector<double>& vals, const Shape& 
 
 }  // namespace
 
+namespace {
+GradFnNamer& namer_slot() {
+  static GradFnNamer namer = nullptr;
+  return namer;
+}
+}  // namespace
+
+void set_grad_fn_namer(GradFnNamer fn) { namer_slot() = fn; }
+GradFnNamer grad_fn_namer() { return namer_slot(); }
+
 std::ostream& operator<<(std::ostream& os, const Tensor& t0) {
   if (!t0.defined()) return os << "tensor(undefined)";
   // A lazy tensor has no data yet: to(kCPU) below runs its pending graph.
@@ -147,6 +157,13 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t0) {
     body += t.dim() == 0 ? f.format(vals[0]) : emit(t, vals, t.strides(), 0, 0, summarize, f, indent);
     if (t.dtype() != DType::f32 && t.dtype() != DType::i64 && t.dtype() != DType::b8)
       suffixes.push_back(std::string("dtype=") + dtype_name(t.dtype()));
+  }
+  // As PyTorch: the node that made the tensor, else whether it is a leaf that wants a gradient.
+  GradFnNamer namer = grad_fn_namer();
+  if (t0.impl()->grad_fn && namer) {
+    suffixes.push_back("grad_fn=<" + namer(*t0.impl()->grad_fn) + ">");
+  } else if (t0.requires_grad()) {
+    suffixes.push_back("requires_grad=True");
   }
   // A suffix that would pass the line width goes on a line of its own (_add_suffixes).
   int64_t last_line = static_cast<int64_t>(body.size()) -

@@ -170,6 +170,11 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 std::string to_string(const Tensor& t);
+// How printing names a grad_fn ("sum_backward"): autograd/ installs it, as tensor/
+// only knows the node by a forward declaration.
+using GradFnNamer = std::string (*)(const autograd::Node& node);
+void set_grad_fn_namer(GradFnNamer fn);
+GradFnNamer grad_fn_namer();
 
 // Makes a tensor from an existing implementation's metadata with fresh storage.
 Tensor make_tensor(std::shared_ptr<Storage> storage, Shape sizes, Shape strides, int64_t offset,

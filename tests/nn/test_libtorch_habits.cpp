@@ -78,3 +78,10 @@ TEST_CASE("dtype, device and shape print as volt names them") {
   os << DType::f32 << " " << kCPU << " " << Shape{8, 784};
   CHECK(os.str() == "f32 cpu [8, 784]");
 }
+
+TEST_CASE("printing shows requires_grad on leaves and grad_fn on results, as PyTorch") {
+  Tensor w = tensor({1.f, 2.f}).requires_grad_();
+  CHECK(to_string(w) == "tensor([1., 2.], requires_grad=True)");
+  CHECK(to_string(w.sum()) == "tensor(3., grad_fn=<sum_backward>)");
+  CHECK(to_string(w.detach()) == "tensor([1., 2.])");
+}
