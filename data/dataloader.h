@@ -14,6 +14,7 @@
 #include <iterator>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "data/dataset.h"
@@ -81,5 +82,32 @@ class DataLoader {
   std::shared_ptr<Sampler> sampler_;
   bool drop_last_;
 };
+
+// LibTorch's spelling, for programs ported from it:
+//   auto loader = volt::data::make_data_loader<volt::data::RandomSampler>(
+//       train, volt::data::DataLoaderOptions().batch_size(64).seed(1));
+//   for (auto& batch : *loader) { batch.data; batch.targets; }
+struct DataLoaderOptions {
+  DataLoaderOptions& batch_size(int64_t n) { batch_size_ = n; return *this; }
+  DataLoaderOptions& drop_last(bool on) { drop_last_ = on; return *this; }
+  DataLoaderOptions& seed(uint64_t s) { seed_ = s; return *this; }  // RandomSampler's seed
+  int64_t batch_size_ = 1;
+  bool drop_last_ = false;
+  uint64_t seed_ = 0;
+};
+
+template <std::derived_from<Sampler> S = SequentialSampler>
+std::unique_ptr<DataLoader> make_data_loader(const Dataset& dataset, const DataLoaderOptions& options = {}) {
+  std::shared_ptr<Sampler> sampler;
+  if constexpr (std::is_same_v<S, RandomSampler>) {
+    sampler = std::make_shared<RandomSampler>(dataset.size(), options.seed_);
+  } else {
+    sampler = std::make_shared<S>(dataset.size());
+  }
+  return std::make_unique<DataLoader>(dataset, options.batch_size_, std::move(sampler), options.drop_last_);
+}
+// A temporary dataset would be gone before the first batch.
+template <std::derived_from<Sampler> S = SequentialSampler>
+std::unique_ptr<DataLoader> make_data_loader(Dataset&&, const DataLoaderOptions& = {}) = delete;
 
 }  // namespace volt::data

@@ -12,6 +12,7 @@
 #include "tensor/factories.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
+#include "data/dataloader.h"
 
 using namespace volt;
 
@@ -84,4 +85,28 @@ TEST_CASE("printing shows requires_grad on leaves and grad_fn on results, as PyT
   CHECK(to_string(w) == "tensor([1., 2.], requires_grad=True)");
   CHECK(to_string(w.sum()) == "tensor(3., grad_fn=<sum_backward>)");
   CHECK(to_string(w.detach()) == "tensor([1., 2.])");
+}
+
+TEST_CASE("make_data_loader with DataLoaderOptions, as LibTorch spells it") {
+  const int64_t n = 10;
+  data::TensorDataset ds(arange(n, DType::f32).reshape({n, 1}), arange(n));
+  auto seq = data::make_data_loader(ds, data::DataLoaderOptions().batch_size(4));
+  std::vector<int64_t> seen;
+  for (auto& batch : *seq) {
+    for (int64_t i = 0; i < batch.targets.size(0); ++i) seen.push_back(batch.targets.select(0, i).item<int64_t>());
+  }
+  CHECK(seen == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  CHECK(seq->size() == 3);  // 4 + 4 + 2
+
+  auto rnd = data::make_data_loader<data::RandomSampler>(ds, data::DataLoaderOptions().batch_size(3).drop_last(true).seed(5));
+  CHECK(rnd->size() == 3);
+  std::vector<int64_t> order;
+  for (auto& batch : *rnd) {
+    for (int64_t i = 0; i < batch.targets.size(0); ++i) order.push_back(batch.targets.select(0, i).item<int64_t>());
+  }
+  // The same draw as a RandomSampler of that seed, cut to whole batches.
+  data::RandomSampler ref(n, 5);
+  std::vector<int64_t> want = ref.next_epoch();
+  want.resize(9);
+  CHECK(order == want);
 }
