@@ -15,6 +15,7 @@
 
 #include "tensor/tensor.h"
 #include "tensor/factories.h"
+#include "tensor/indexing.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
 #include "autograd/grad_mode.h"

@@ -27,6 +27,9 @@ namespace volt {
 namespace autograd {
 struct Node;  // defined in autograd/; a tensor only holds a pointer to its grad_fn
 }
+namespace indexing {
+class TensorIndex;  // tensor/indexing.h
+}
 
 struct TensorImpl {
   std::shared_ptr<Storage> storage;  // null for a proxy (a traced value with no data)
@@ -130,6 +133,11 @@ class Tensor {
   Tensor to(Device device) const;
 
   // ---- in place (not recorded by autograd; errors on leaves that need grad) ----
+  // ---- indexing with a list: t.index({Slice(0, 2), 1}) (tensor/indexing.h) ----
+  Tensor index(const std::vector<indexing::TensorIndex>& indices) const;
+  Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& value);
+  Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, Scalar value);
+
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(Scalar v);
   Tensor& zero_() { return fill_(0.0); }
