@@ -279,10 +279,15 @@ SafetensorsFile read_safetensors(const std::string& path) {
   const std::string ctx = context_for(path);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw Error(ctx + "file not found");
+  if (std::filesystem::is_directory(path, ec)) throw Error(ctx + "is a directory, not a safetensors file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(ctx + "cannot open the file");
   SafetensorsFile f;
-  f.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  try {
+    f.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::exception& e) {
+    throw Error(ctx + "cannot read the file: " + e.what());
+  }
   const size_t size = f.bytes.size();
 
   if (size < 8)

@@ -25,6 +25,8 @@ void check_logits(const Tensor& logits, const Tensor& target, const char* op) {
              "expected logits (N, C) with C >= 1, got " << shape_str(logits.sizes()));
   VOLT_CHECK(target.dim() == 1 && target.sizes()[0] == logits.sizes()[0], op,
              "expected target (" << logits.sizes()[0] << "), got " << shape_str(target.sizes()));
+  VOLT_CHECK(is_integral(target.dtype()), op, "expected an integer target, got " << dtype_name(target.dtype()));
+  VOLT_CHECK(is_floating(logits.dtype()), op, "expected f32 or f64 logits, got " << dtype_name(logits.dtype()));
 }
 
 }  // namespace

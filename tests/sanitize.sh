@@ -35,7 +35,8 @@ if [ -f "$sim" ]; then
   echo "volt: the CUDA tests on the simulated GPU, under ASan and UBSan"
   # The sanitizer runtime must come first among the preloaded libraries.
   asan=$(${CXX:-c++} -print-file-name=libasan.so)
-  export VOLT_KERNEL_CACHE="$PWD/build-asan/cudasim-kernels"
+  # The kernels are built by the host compiler as in the ordinary run: its cache serves.
+  export VOLT_KERNEL_CACHE="$PWD/build/cudasim-kernels"
   LD_PRELOAD="$asan $PWD/$sim" ./build-asan/tests/volt_tests \
     -tc='cuda: *,cuda child*,lazy: the CUDA backend*,eigen_linear*' -tce='cuda: every elementwise op*'
 fi
