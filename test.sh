@@ -23,3 +23,8 @@ if [ -f "$sim" ]; then
     LD_PRELOAD="$PWD/$sim" ./build/bench/volt_bench --device cuda --batch 8 --steps 2 --smoke >/dev/null
   fi
 fi
+# The whole suite again under AddressSanitizer and UndefinedBehaviorSanitizer
+# (tests/sanitize.sh, its own build-asan folder); VOLT_SANITIZE=0 skips it.
+if [ "${VOLT_SANITIZE:-1}" != 0 ]; then
+  tests/sanitize.sh
+fi

@@ -21,10 +21,41 @@ void set_history(Tensor& out, std::shared_ptr<Node> node) {
   out.impl()->requires_grad = true;
 }
 
+bool reads_saved_value(const OpCall& call, size_t i, const std::vector<Edge>& next) {
+  auto wanted = [&](size_t j) { return j < next.size() && next[j].valid(); };
+  switch (call.op) {
+    // Only shapes and attributes: the value may change freely.
+    case OpId::add:
+    case OpId::sub:
+    case OpId::neg:
+    case OpId::sum:
+    case OpId::pad:
+    case OpId::copy:
+    case OpId::convert_element_type:
+      return false;
+    case OpId::where: return i == 0;
+    // d(a*b)/da reads b and the other way round.
+    case OpId::mul:
+    case OpId::matmul: return wanted(1 - i);
+    case OpId::linear: return i < 2 && wanted(1 - i);
+    case OpId::div: return i == 1 ? wanted(0) || wanted(1) : wanted(1);
+    default: return true;  // every other rule reads its inputs, and views share them
+  }
+}
+
 std::vector<Tensor> OpNode::apply(const Tensor& grad_out) {
   VOLT_CHECK(!released, "backward",
              "trying to backward through the graph a second time (through " << name()
                  << "); its saved tensors were freed. Pass retain_graph=true the first time");
+  for (size_t i = 0; i < call.args.size() && i < saved_versions.size(); ++i) {
+    const Value& v = call.args[i];
+    if (!v.is_tensor || !v.tensor.has_data() || v.tensor.version() == saved_versions[i]) continue;
+    VOLT_CHECK(!reads_saved_value(call, i, next), "backward",
+               "one of the tensors " << name() << " needs was modified by an in-place operation: input "
+                   << i << " of " << op_name(call.op) << ", " << v.tensor.meta_str() << ", is at version "
+                   << v.tensor.version() << ", it was saved at version " << saved_versions[i]
+                   << ". Write to a clone() instead, or before the tensor is used");
+  }
   return vjp(call, grad_out);
 }
 
@@ -33,6 +64,7 @@ std::string OpNode::name() const { return std::string(op_name(call.op)) + "_back
 void OpNode::release() {
   released = true;
   call.args.clear();
+  saved_versions.clear();
 }
 
 namespace {
@@ -47,6 +79,7 @@ void record(const OpCall& call, std::vector<Tensor>& outputs) {
     node->next.push_back(v.is_tensor ? edge_for(v.tensor) : Edge{});
     // Saved without history: the rule needs the values, the edges keep the graph.
     node->call.args.push_back(v.is_tensor ? Value(v.tensor.defined() ? v.tensor.detach() : Tensor()) : v);
+    node->saved_versions.push_back(v.is_tensor && v.tensor.defined() ? v.tensor.version() : 0);
   }
   for (Tensor& out : outputs)
     if (is_floating(out.dtype())) set_history(out, node);

@@ -38,10 +38,19 @@ struct Node {
 // A node for one eager prim: the call (with its tensors saved) and its VJP rule.
 struct OpNode final : Node {
   OpCall call;
+  // Each saved tensor's version when it was saved (tensor/storage.h): apply()
+  // refuses to run the rule on a value written in place since.
+  std::vector<uint64_t> saved_versions;
   std::vector<Tensor> apply(const Tensor& grad_out) override;
   std::string name() const override;
   void release() override;
 };
+
+// Whether the VJP rule of `call` reads the value of argument i (not only its
+// shape), given which arguments need a gradient (`next`).  A view's input
+// counts as read: a write to it after the view was taken makes the view's
+// history stale.
+bool reads_saved_value(const OpCall& call, size_t i, const std::vector<Edge>& next);
 
 // The edge for a tensor that is an input of a new node.
 Edge edge_for(const Tensor& t);

@@ -69,9 +69,14 @@ struct GzFile {
     int64_t got = 0;
     while (got < n) {
       auto chunk = static_cast<unsigned>(std::min<int64_t>(n - got, 1 << 30));
+      errno = 0;
       int r = gzread(f, dst + got, chunk);
+      const int read_errno = errno;
       int err = Z_OK;
       const char* msg = gzerror(f, &err);
+      // A failed read of the file itself is no fault of its gzip data.
+      VOLT_CHECK(err != Z_ERRNO, kOp,
+                 path << ": cannot read the file: " << std::strerror(read_errno ? read_errno : EIO));
       // Z_BUF_ERROR (a stream cut short) still delivers what was decoded; has() reports it.
       VOLT_CHECK(r >= 0 && (err == Z_OK || err == Z_BUF_ERROR), kOp,
                  path << ": corrupt gzip data: " << strip_path(msg));

@@ -5,7 +5,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
+#include <climits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string_view>
 
@@ -32,7 +35,16 @@ const char* st_dtype_name(DType t) {
   return "?";
 }
 
-bool st_dtype_from_name(const std::string& s, DType& out) {
+// How a file stores a tensor: one of volt's dtypes as it is, or a 16-bit float
+// (F16, BF16) that is widened to f32 on load, volt having no 16-bit dtypes.
+enum class Stored : uint8_t { native, f16, bf16 };
+
+bool st_dtype_from_name(const std::string& s, DType& out, Stored& stored) {
+  stored = s == "F16" ? Stored::f16 : s == "BF16" ? Stored::bf16 : Stored::native;
+  if (stored != Stored::native) {
+    out = DType::f32;
+    return true;
+  }
   for (DType t : {DType::b8, DType::u8, DType::i32, DType::i64, DType::f32, DType::f64})
     if (s == st_dtype_name(t)) {
       out = t;
@@ -41,17 +53,44 @@ bool st_dtype_from_name(const std::string& s, DType& out) {
   return false;
 }
 
+// IEEE 754 binary16 to binary32, exactly (every half is a float).
+float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (man << 13);  // inf, nan (payload kept)
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);  // rebias 15 -> 127
+  } else if (man == 0) {
+    bits = sign;  // +-0
+  } else {
+    // A subnormal half is a normal float: shift the mantissa up to its leading 1.
+    int e = -1;
+    do {
+      ++e;
+      man <<= 1;
+    } while ((man & 0x400) == 0);
+    bits = sign | uint32_t(112 - e) << 23 | (man & 0x3FF) << 13;
+  }
+  return std::bit_cast<float>(bits);
+}
+
+// bfloat16 is the top half of a float.
+float bf16_to_float(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
+
 // ---- a small JSON reader, enough for a safetensors header ----
 
 struct Json {
   enum class Kind { Null, Bool, Number, String, Array, Object } kind = Kind::Null;
   std::string text;  // String: the decoded text; Number: the literal as written
-  std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> fields;
+  // An object's members as two lists (a pair<string, Json> would need Json
+  // complete here; vector alone may hold an incomplete type).
+  std::vector<Json> items;  // Array: the elements; Object: the values
+  std::vector<std::string> keys;
 
   const Json* find(const std::string& key) const {
-    for (const auto& [k, v] : fields)
-      if (k == key) return &v;
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] == key) return &items[i];
     return nullptr;
   }
 };
@@ -108,9 +147,9 @@ class JsonReader {
         if (!first) expect(',');
         first = false;
         if (peek() != '"') fail("expected a key");
-        std::string key = string();
+        v.keys.push_back(string());
         expect(':');
-        v.fields.emplace_back(std::move(key), value(depth + 1));
+        v.items.push_back(value(depth + 1));
       }
     } else if (c == '[') {
       v.kind = Json::Kind::Array;
@@ -199,7 +238,8 @@ std::string json_quote(const std::string& s) {
 
 struct Entry {
   std::string name;
-  DType dtype;
+  DType dtype;    // what volt holds it as
+  Stored stored;  // what the file holds
   Shape shape;
   uint64_t begin, end;  // byte range within the data section
 };
@@ -212,6 +252,17 @@ struct SafetensorsFile {
 };
 
 std::string context_for(const std::string& path) { return "load: '" + path + "': "; }
+
+size_t stored_size(const Entry& e) { return e.stored == Stored::native ? dtype_size(e.dtype) : 2; }
+const char* stored_name(const Entry& e) {
+  return e.stored == Stored::f16 ? "F16" : e.stored == Stored::bf16 ? "BF16" : st_dtype_name(e.dtype);
+}
+
+std::string shape_text(const std::vector<Json>& dims) {
+  std::string r;
+  for (size_t i = 0; i < dims.size(); ++i) r += (i ? ", " : "") + dims[i].text;
+  return r;
+}
 
 uint64_t to_u64(const Json& j, const std::string& ctx, const std::string& what) {
   if (j.kind != Json::Kind::Number || j.text.empty() || j.text[0] == '-' ||
@@ -228,10 +279,15 @@ SafetensorsFile read_safetensors(const std::string& path) {
   const std::string ctx = context_for(path);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw Error(ctx + "file not found");
+  if (std::filesystem::is_directory(path, ec)) throw Error(ctx + "is a directory, not a safetensors file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(ctx + "cannot open the file");
   SafetensorsFile f;
-  f.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  try {
+    f.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::exception& e) {
+    throw Error(ctx + "cannot read the file: " + e.what());
+  }
   const size_t size = f.bytes.size();
 
   if (size < 8)
@@ -247,7 +303,11 @@ SafetensorsFile read_safetensors(const std::string& path) {
 
   Json header = JsonReader(std::string_view(f.bytes.data() + 8, n), ctx).document();
   if (header.kind != Json::Kind::Object) throw Error(ctx + "bad header: not a JSON object");
-  for (const auto& [name, v] : header.fields) {
+  std::set<std::string> names;
+  for (size_t i = 0; i < header.keys.size(); ++i) {
+    const std::string& name = header.keys[i];
+    const Json& v = header.items[i];
+    if (!names.insert(name).second) throw Error(ctx + "bad header: the name '" + name + "' appears twice");
     if (name == "__metadata__") continue;
     const std::string what = "tensor '" + name + "'";
     if (v.kind != Json::Kind::Object) throw Error(ctx + "bad header: " + what + " is not an object");
@@ -258,32 +318,72 @@ SafetensorsFile read_safetensors(const std::string& path) {
       throw Error(ctx + "bad header: " + what + " needs dtype, shape and data_offsets");
     Entry e;
     e.name = name;
-    if (dtype->kind != Json::Kind::String || !st_dtype_from_name(dtype->text, e.dtype))
+    if (dtype->kind != Json::Kind::String || !st_dtype_from_name(dtype->text, e.dtype, e.stored))
       throw Error(ctx + "bad header: " + what + " has unsupported dtype '" + dtype->text + "'");
     if (shape->kind != Json::Kind::Array) throw Error(ctx + "bad header: " + what + " shape is not a list");
-    for (const Json& d : shape->items)
-      e.shape.push_back(static_cast<int64_t>(to_u64(d, ctx, what + " shape")));
+    // The byte count, every product checked: a wrapped count would let a huge
+    // shape pass with a few bytes of data behind it.
+    uint64_t nbytes = stored_size(e);
+    for (const Json& d : shape->items) {
+      const uint64_t size = to_u64(d, ctx, what + " shape");
+      if (size > uint64_t(INT64_MAX) || (size != 0 && nbytes > uint64_t(INT64_MAX) / size)) {
+        throw Error(ctx + "bad header: " + what + " shape [" + shape_text(shape->items) +
+                    "] has more bytes than a 64-bit size can count");
+      }
+      nbytes *= size;
+      e.shape.push_back(static_cast<int64_t>(size));
+    }
     if (offsets->kind != Json::Kind::Array || offsets->items.size() != 2)
       throw Error(ctx + "bad header: " + what + " data_offsets must be [begin, end]");
     e.begin = to_u64(offsets->items[0], ctx, what + " data_offsets");
     e.end = to_u64(offsets->items[1], ctx, what + " data_offsets");
-    const uint64_t nbytes = static_cast<uint64_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
     if (e.end < e.begin || e.end - e.begin != nbytes)
       throw Error(ctx + "bad header: " + what + " data_offsets [" + std::to_string(e.begin) +
                   ", " + std::to_string(e.end) + "] do not hold " + std::to_string(nbytes) +
-                  " bytes for shape " + shape_str(e.shape));
+                  " bytes for " + stored_name(e) + " shape " + shape_str(e.shape));
     if (e.end > data_size)
       throw Error(ctx + "truncated: " + what + " ends at byte " + std::to_string(e.end) +
                   " of the data, which has only " + std::to_string(data_size));
     f.entries.push_back(std::move(e));
   }
+  // No two tensors may share bytes (the reference reader refuses that too).
+  std::vector<const Entry*> by_offset;
+  for (const Entry& e : f.entries)
+    if (e.end > e.begin) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const Entry& a = *by_offset[i - 1];
+    const Entry& b = *by_offset[i];
+    if (b.begin < a.end)
+      throw Error(ctx + "bad header: tensors '" + a.name + "' [" + std::to_string(a.begin) + ", " +
+                  std::to_string(a.end) + ") and '" + b.name + "' [" + std::to_string(b.begin) +
+                  ", " + std::to_string(b.end) + ") overlap in the data");
+  }
   return f;
 }
 
-// A contiguous CPU tensor holding the entry's bytes.
+// Writes the entry's values into n contiguous elements of its dtype at dst.
+void read_values(const SafetensorsFile& f, const Entry& e, void* dst) {
+  if (e.end == e.begin) return;
+  if (e.stored == Stored::native) {
+    std::memcpy(dst, f.data(e), e.end - e.begin);
+    return;
+  }
+  const char* src = f.data(e);
+  float* out = static_cast<float*>(dst);
+  const size_t n = (e.end - e.begin) / 2;
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    out[i] = e.stored == Stored::f16 ? half_to_float(h) : bf16_to_float(h);
+  }
+}
+
+// A contiguous CPU tensor holding the entry's values.
 Tensor to_tensor(const SafetensorsFile& f, const Entry& e) {
   Tensor t = Tensor::empty(e.shape, e.dtype, kCPU);
-  if (e.end > e.begin) std::memcpy(t.raw_data(), f.data(e), e.end - e.begin);
+  read_values(f, e, t.raw_data());
   return t;
 }
 
@@ -349,8 +449,10 @@ void load(Module& module, const std::string& path, bool strict) {
     auto it = by_name.find(name);
     if (it == by_name.end()) throw Error(ctx + "missing tensor '" + name + "'");
     const Entry& e = *it->second;
-    if (e.dtype != t.dtype())
-      throw Error(ctx + "tensor '" + name + "' has dtype " + st_dtype_name(e.dtype) +
+    // A 16-bit float file loads into any floating module (through f32).
+    const bool widened = e.stored != Stored::native && is_floating(t.dtype());
+    if (e.dtype != t.dtype() && !widened)
+      throw Error(ctx + "tensor '" + name + "' has dtype " + stored_name(e) +
                   ", the module expects " + st_dtype_name(t.dtype()));
     if (e.shape != t.sizes())
       throw Error(ctx + "tensor '" + name + "' has shape " + shape_str(e.shape) +
@@ -365,9 +467,9 @@ void load(Module& module, const std::string& path, bool strict) {
   NoGradGuard no_grad;
   for (const auto& [name, t] : targets) {
     const Entry& e = *by_name.at(name);
-    if (t.device().is_cpu() && t.has_data() && t.is_contiguous()) {
+    if (t.device().is_cpu() && t.has_data() && t.is_contiguous() && t.dtype() == e.dtype) {
       // Straight into the parameter's memory: no temporary, no autograd.
-      if (e.end > e.begin) std::memcpy(t.raw_data(), f.data(e), e.end - e.begin);
+      read_values(f, e, t.raw_data());
     } else {
       Tensor dst = t;
       dst.copy_(to_tensor(f, e));

@@ -18,6 +18,17 @@ int64_t reduced_count(const Tensor& a, const std::vector<int64_t>& dims) {
   return n;
 }
 
+// The fused kernels check the same in fused_meta; the decomposition must not
+// leave it to log_softmax or amax to fail with their own names.
+void check_logits(const Tensor& logits, const Tensor& target, const char* op) {
+  VOLT_CHECK(logits.dim() == 2 && logits.sizes()[1] > 0, op,
+             "expected logits (N, C) with C >= 1, got " << shape_str(logits.sizes()));
+  VOLT_CHECK(target.dim() == 1 && target.sizes()[0] == logits.sizes()[0], op,
+             "expected target (" << logits.sizes()[0] << "), got " << shape_str(target.sizes()));
+  VOLT_CHECK(is_integral(target.dtype()), op, "expected an integer target, got " << dtype_name(target.dtype()));
+  VOLT_CHECK(is_floating(logits.dtype()), op, "expected f32 or f64 logits, got " << dtype_name(logits.dtype()));
+}
+
 }  // namespace
 
 std::vector<Tensor> decompose(const OpCall& call) {
@@ -89,11 +100,13 @@ std::vector<Tensor> decompose(const OpCall& call) {
       return {div(neg(picked), static_cast<double>(n))};
     }
     case OpId::cross_entropy:
+      check_logits(a, call.args.at(1).tensor, "cross_entropy");
       return {nll_loss(log_softmax(a, 1), call.args.at(1).tensor)};
     case OpId::cross_entropy_backward: {
       // args: g (the loss's gradient), logits (N, C), target (N)
       const Tensor& logits = call.args.at(1).tensor;
       const Tensor& target = call.args.at(2).tensor;
+      check_logits(logits, target, "cross_entropy_backward");
       const int64_t n = logits.sizes()[0], c = logits.sizes()[1];
       Tensor classes = Tensor::arange(static_cast<double>(c), target.dtype(), logits.device());
       Tensor onehot = convert_element_type(eq(target.unsqueeze(1), classes), logits.dtype());

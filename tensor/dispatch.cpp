@@ -120,7 +120,9 @@ static Tensor make_view(const OpCall& call, const TensorMeta& m) {
     default:
       VOLT_FAIL(op_name(call.op), "is not a view");
   }
-  return make_tensor(in.storage, m.sizes, std::move(strides), offset, m.dtype, m.device);
+  Tensor v = make_tensor(in.storage, m.sizes, std::move(strides), offset, m.dtype, m.device);
+  v.impl()->is_view = true;
+  return v;
 }
 
 // A custom op's own kernel, its outputs checked against its metadata.

@@ -232,6 +232,7 @@ std::vector<TensorMeta> infer_meta(const OpCall& call) {
     case OpKind::Factory:
       for (int64_t d : call.attrs.ints)
         VOLT_CHECK(d >= 0, op, "negative dimension in " << shape_str(call.attrs.ints));
+      shape_numel(call.attrs.ints, op);
       return {{call.attrs.ints, call.attrs.dtype, call.attrs.device}};
     case OpKind::View: {
       check_arity(call, 1);
@@ -239,7 +240,7 @@ std::vector<TensorMeta> infer_meta(const OpCall& call) {
       Shape out;
       switch (call.op) {
         case OpId::reshape:
-          VOLT_CHECK(shape_numel(call.attrs.ints) == a.numel(), op,
+          VOLT_CHECK(shape_numel(call.attrs.ints, op) == a.numel(), op,
                      "shape " << shape_str(call.attrs.ints) << " is invalid for input of size "
                               << a.numel());
           out = call.attrs.ints;
@@ -252,6 +253,9 @@ std::vector<TensorMeta> infer_meta(const OpCall& call) {
           for (int64_t d : out)
             VOLT_CHECK(d >= 0, op, "invalid size " << shape_str(out) << " for " << shape_str(a.sizes())
                                                    << " (-1 keeps an existing dim; new leading dims need a size)");
+          VOLT_CHECK(out.size() >= a.sizes().size(), op,
+                     "cannot expand " << shape_str(a.sizes()) << " to fewer dims " << shape_str(out));
+          shape_numel(out, op);
           size_t lead = out.size() - a.sizes().size();
           for (size_t i = 0; i < a.sizes().size(); ++i)
             VOLT_CHECK(a.sizes()[i] == out[lead + i] || a.sizes()[i] == 1, op,

@@ -60,6 +60,14 @@ Tensor convert_element_type(const Tensor& a, DType dtype) {
 }
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
+  // As in PyTorch: an integer tensor cannot hold NaN, Inf or a value past its range
+  // (and converting such a double is undefined behaviour in C++).
+  if (is_integral(dtype)) {
+    double lo = dtype == DType::u8 ? 0.0 : dtype == DType::i32 ? -2147483648.0 : -9223372036854775808.0;
+    double hi = dtype == DType::u8 ? 256.0 : dtype == DType::i32 ? 2147483648.0 : 9223372036854775808.0;
+    VOLT_CHECK(value >= lo && value < hi, "full",
+               "value " << value << " cannot be converted to " << dtype_name(dtype) << " without overflow");
+  }
   Attrs at;
   at.ints = shape;
   at.a = value;
@@ -134,7 +142,7 @@ Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length) {
   dim = wrap_dim(dim, a.dim(), "narrow");
   int64_t n = a.sizes()[dim];
   if (start < 0) start += n;
-  VOLT_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow",
+  VOLT_CHECK(start >= 0 && length >= 0 && start <= n && length <= n - start, "narrow",
              "range [" << start << ", " << start + length << ") is out of bounds for dim " << dim
                        << " of size " << n);
   if (start == 0 && length == n) return a;

@@ -4,18 +4,25 @@
 
 namespace volt {
 
-int64_t shape_numel(const Shape& s) {
+int64_t checked_mul(int64_t a, int64_t b, const Shape& s, const char* op) {
+  int64_t r = 0;
+  VOLT_CHECK(!__builtin_mul_overflow(a, b, &r), op,
+             "shape " << shape_str(s) << " has more elements than a 64-bit count can hold");
+  return r;
+}
+
+int64_t shape_numel(const Shape& s, const char* op) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s) n = checked_mul(n, d, s, op);
   return n;
 }
 
-Shape contiguous_strides(const Shape& s) {
+Shape contiguous_strides(const Shape& s, const char* op) {
   Shape st(s.size());
   int64_t acc = 1;
   for (size_t i = s.size(); i-- > 0;) {
     st[i] = acc;
-    acc *= s[i] > 0 ? s[i] : 1;
+    acc = checked_mul(acc, s[i] > 0 ? s[i] : 1, s, op);
   }
   return st;
 }

@@ -1,5 +1,7 @@
 #include "tensor/storage.h"
 
+#include <cstdint>
+
 #include "tensor/backend.h"
 #include "tensor/error.h"
 
@@ -9,6 +11,9 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
   Backend* be = backend_for(device.type);
   VOLT_CHECK(be != nullptr, "allocate",
              "device " << device.str() << " is not available in this build or on this machine");
+  // Backends round sizes up; a request near SIZE_MAX must not wrap to a small block.
+  VOLT_CHECK(nbytes <= static_cast<size_t>(PTRDIFF_MAX) / 2, "allocate",
+             "cannot allocate " << nbytes << " bytes on " << device.str());
   auto s = std::make_shared<Storage>();
   s->nbytes = nbytes;
   s->device = device;

@@ -1,6 +1,7 @@
 // Storage: a block of memory on one device, shared by every view of it.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -13,6 +14,9 @@ struct Storage {
   size_t nbytes = 0;
   Device device;
   std::function<void(void*)> deleter;
+  // Bumped by every in-place write through any view (Tensor::copy_ and the ops
+  // built on it): autograd compares it with what it was when a tensor was saved.
+  uint64_t version = 0;
 
   Storage() = default;
   Storage(const Storage&) = delete;

@@ -27,13 +27,15 @@ Tensor make_tensor(std::shared_ptr<Storage> storage, Shape sizes, Shape strides,
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) VOLT_CHECK(d >= 0, "empty", "negative dimension in " << shape_str(shape));
   if (device.is_lazy()) return full(shape, 0.0, dtype, device);
-  size_t nbytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
-  return make_tensor(Storage::allocate(nbytes, device), shape, contiguous_strides(shape), 0, dtype,
-                     device);
+  const int64_t nbytes = checked_mul(shape_numel(shape, "empty"),
+                                     static_cast<int64_t>(dtype_size(dtype)), shape, "empty");
+  Shape strides = contiguous_strides(shape, "empty");
+  return make_tensor(Storage::allocate(static_cast<size_t>(nbytes), device), shape,
+                     std::move(strides), 0, dtype, device);
 }
 
 Tensor Tensor::proxy(const Shape& shape, DType dtype, Device device) {
-  return make_tensor(nullptr, shape, contiguous_strides(shape), 0, dtype, device);
+  return make_tensor(nullptr, shape, contiguous_strides(shape, "proxy"), 0, dtype, device);
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
@@ -54,8 +56,12 @@ Tensor Tensor::arange(double end, DType dtype, Device device) {
 }
 Tensor Tensor::arange(double start, double end, double step, DType dtype, Device device) {
   VOLT_CHECK(step != 0, "arange", "step must be nonzero");
-  int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
-  if (n < 0) n = 0;
+  VOLT_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "arange",
+             "expected finite start, end and step, got " << start << ", " << end << ", " << step);
+  const double count = std::ceil((end - start) / step);
+  VOLT_CHECK(count < 9.0e18, "arange", "[" << start << ", " << end << ") in steps of " << step
+                                           << " has too many elements");
+  int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
   Tensor t = empty({n}, dtype, kCPU);
   VOLT_DISPATCH_DTYPE(dtype, [&] {
     scalar_t* p = static_cast<scalar_t*>(t.raw_data());
@@ -155,7 +161,7 @@ static Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
       infer = static_cast<int64_t>(i);
     } else {
       VOLT_CHECK(out[i] >= 0, op, "invalid shape " << shape_str(shape));
-      known *= out[i];
+      known = checked_mul(known, out[i], shape, op);
     }
   }
   if (infer >= 0) {
@@ -163,7 +169,7 @@ static Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
                "shape " << shape_str(shape) << " is invalid for input of size " << numel);
     out[infer] = numel / known;
   }
-  VOLT_CHECK(shape_numel(out) == numel, op,
+  VOLT_CHECK(shape_numel(out, op) == numel, op,
              "shape " << shape_str(shape) << " is invalid for input of size " << numel);
   return out;
 }
@@ -237,7 +243,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   VOLT_CHECK(start_dim <= end_dim, "flatten", "start_dim " << start_dim << " > end_dim " << end_dim);
   Shape s(sizes().begin(), sizes().begin() + start_dim);
   int64_t m = 1;
-  for (int64_t i = start_dim; i <= end_dim; ++i) m *= sizes()[i];
+  for (int64_t i = start_dim; i <= end_dim; ++i) m = checked_mul(m, sizes()[i], sizes(), "flatten");
   s.push_back(m);
   s.insert(s.end(), sizes().begin() + end_dim + 1, sizes().end());
   return reshape(s);
@@ -275,30 +281,63 @@ static void check_inplace(const Tensor& t, const char* op) {
              "a leaf tensor that requires grad cannot be modified in place; use NoGradGuard");
   // A lazy tensor has no data: writing it in place gives it a new pending value.
   VOLT_CHECK(t.has_data() || t.device().is_lazy(), op, "cannot modify a tensor without data in place");
+  for (int64_t d = 0; d < t.dim(); ++d)
+    VOLT_CHECK(t.sizes()[d] <= 1 || t.strides()[d] != 0, op,
+               "the destination " << t.meta_str() << " is an expanded view: its elements share memory (stride 0 in dim "
+                                  << d << "), so one write would land on many of them; clone() it first");
 }
 
-Tensor& Tensor::copy_(const Tensor& src) {
-  check_inplace(*this, "copy_");
-  Tensor s = src;
-  if (s.device() != device()) s = s.to(device());
-  if (s.dtype() != dtype()) s = s.to(dtype());
-  if (s.sizes() != sizes()) s = s.expand(sizes());
-  Backend* be = backend_for(device().type);
-  be->copy(*this, s);
+// Writes `value` (any dtype or device; broadcast to this shape) into this
+// tensor's memory: the one in-place write every other goes through.
+Tensor& Tensor::assign_(const Tensor& value, const char* op) {
+  check_inplace(*this, op);
+  const bool recorded = grad_enabled() && (requires_grad() || value.requires_grad());
+  Tensor s = value;
+  if (recorded) {
+    VOLT_CHECK(!ref().is_view, op,
+               "cannot write in place into a view (" << meta_str()
+                   << ") of a tensor autograd records: the base would keep a stale history; clone() it first, "
+                      "or write under NoGradGuard");
+    // The write's history: the value's own node, or a copy recorded for it (a
+    // leaf has no node, and a cast or broadcast is part of the write).
+    if (value.requires_grad() &&
+        (value.is_leaf() || value.device() != device() || value.dtype() != dtype() || value.sizes() != sizes()))
+      s = volt::contiguous(value.to(device()).to(dtype()).expand(sizes()));
+  }
+  {
+    NoGradGuard no_grad;
+    if (s.device() != device()) s = s.to(device());
+    if (s.dtype() != dtype()) s = s.to(dtype());
+    if (s.sizes() != sizes()) s = s.expand(sizes());
+    backend_for(device().type)->copy(*this, s);
+  }
+  mark_modified();
+  if (recorded) {
+    // The old value's history is over: this tensor now has the value's, or
+    // none when the value needs no grad (it no longer depends on anything).
+    ref().grad_fn = s.requires_grad() ? s.impl()->grad_fn : nullptr;
+    ref().output_nr = s.requires_grad() ? s.impl()->output_nr : 0;
+    ref().requires_grad = s.requires_grad();
+  }
   return *this;
 }
 
-Tensor& Tensor::fill_(Scalar v) {
-  return copy_(volt::full({}, v.value, dtype(), device()));
-}
+Tensor& Tensor::copy_(const Tensor& src) { return assign_(src, "copy_"); }
+
+Tensor& Tensor::fill_(Scalar v) { return assign_(volt::full({}, v.value, dtype(), device()), "fill_"); }
 
 Tensor& Tensor::add_(const Tensor& other, Scalar alpha) {
   Tensor o = alpha.value == 1.0 ? other : volt::mul(other, Value(alpha));
-  return copy_(volt::add(*this, o));
+  return assign_(volt::add(*this, o), "add_");
 }
-Tensor& Tensor::add_(Scalar other) { return copy_(volt::add(*this, Value(other))); }
-Tensor& Tensor::mul_(const Tensor& other) { return copy_(volt::mul(*this, other)); }
-Tensor& Tensor::mul_(Scalar other) { return copy_(volt::mul(*this, Value(other))); }
+Tensor& Tensor::add_(Scalar other) { return assign_(volt::add(*this, Value(other)), "add_"); }
+Tensor& Tensor::mul_(const Tensor& other) {
+  // other's gradient needs this tensor's old value: when it is wanted, the
+  // product reads a recorded copy, which the write below leaves alone.
+  const bool keep_old = grad_enabled() && other.requires_grad();
+  return assign_(volt::mul(keep_old ? volt::contiguous(*this) : *this, other), "mul_");
+}
+Tensor& Tensor::mul_(Scalar other) { return assign_(volt::mul(*this, Value(other)), "mul_"); }
 
 // ---------------------------------------------------------------- method forms
 

@@ -37,6 +37,7 @@ struct TensorImpl {
   int64_t offset = 0;  // in elements
   DType dtype = DType::f32;
   Device device;
+  bool is_view = false;  // made by a view op: its storage is another tensor's too
 
   // autograd
   bool requires_grad = false;
@@ -132,12 +133,19 @@ class Tensor {
   Tensor to(DType dtype) const;
   Tensor to(Device device) const;
 
-  // ---- in place (not recorded by autograd; errors on leaves that need grad) ----
   // ---- indexing with a list: t.index({Slice(0, 2), 1}) (tensor/indexing.h) ----
   Tensor index(const std::vector<indexing::TensorIndex>& indices) const;
   Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& value);
   Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, Scalar value);
 
+  // ---- in place ----
+  // As in PyTorch: each write bumps the storage's version (version()), so
+  // backward through a tensor saved before the write is an error; with grad
+  // mode on, a write to a tensor in an autograd graph (or of a value that
+  // requires grad) is recorded, the tensor taking the write's history.  Refused:
+  // a leaf that requires grad, a view of a recorded tensor (clone() it first),
+  // and a destination whose elements overlap (an expanded view).  A value that
+  // needs no grad written over a recorded tensor cuts it from the graph.
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(Scalar v);
   Tensor& zero_() { return fill_(0.0); }
@@ -167,8 +175,15 @@ class Tensor {
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
 
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+  // The storage's write count (0 for a tensor without data); mark_modified()
+  // bumps it for code that writes through data_ptr() rather than copy_().
+  uint64_t version() const { return has_data() ? impl_->storage->version : 0; }
+  void mark_modified() const {
+    if (has_data()) ++impl_->storage->version;
+  }
 
  private:
+  Tensor& assign_(const Tensor& value, const char* op);
   TensorImpl& ref() const {
     if (!impl_) throw Error("Tensor: use of an undefined tensor");
     return *impl_;

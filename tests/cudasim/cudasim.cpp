@@ -772,17 +772,31 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 cudaError_t cudaLibraryLoadData(cudaLibrary_t* library, const void* code, enum cudaJitOption*, void**, unsigned int,
                                 enum cudaLibraryOption*, void**, unsigned int) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
-  // The "CUBIN": a line "cudasim <bytes> <barriers>", then a shared library's bytes.
+  // The "CUBIN": a line "cudasim <bytes> <barriers>", then the shared library's
+  // bytes in hex.  The API passes no length, and the image may be a damaged
+  // cache file: hex text ends at the NUL the caller's string ends with, so its
+  // real length is known without reading past it, and must match the header.
   const char* c = static_cast<const char*>(code);
+  if (!c) return fail(cudaErrorInvalidKernelImage);
   unsigned long long bytes = 0;
   int barriers = 0, header = 0;
-  if (std::sscanf(c, "cudasim %llu %d\n%n", &bytes, &barriers, &header) != 2 || header == 0 ||
-      std::memcmp(c + header, "\x7f" "ELF", 4) != 0)
+  if (std::sscanf(c, "cudasim %llu %d\n%n", &bytes, &barriers, &header) != 2 || header == 0)
     return fail(cudaErrorInvalidKernelImage);
+  const char* hex = c + header;
+  const size_t digits = std::strlen(hex);
+  if (bytes < 4 || bytes > (1ull << 32) || digits != 2 * bytes) return fail(cudaErrorInvalidKernelImage);
+  std::string lib(bytes, '\0');
+  auto nibble = [](char h) { return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1; };
+  for (size_t i = 0; i < bytes; ++i) {
+    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return fail(cudaErrorInvalidKernelImage);
+    lib[i] = static_cast<char>(hi << 4 | lo);
+  }
+  if (std::memcmp(lib.data(), "\x7f" "ELF", 4) != 0) return fail(cudaErrorInvalidKernelImage);
   char path[] = "/tmp/volt_cudasim_XXXXXX";
   int fd = ::mkstemp(path);
   if (fd < 0) return fail(cudaErrorInvalidKernelImage);
-  bool ok = ::write(fd, c + header, bytes) == static_cast<ssize_t>(bytes);
+  bool ok = ::write(fd, lib.data(), lib.size()) == static_cast<ssize_t>(lib.size());
   ::close(fd);
   void* h = ok ? ::dlopen(path, RTLD_NOW | RTLD_LOCAL) : nullptr;
   ::unlink(path);
@@ -1029,7 +1043,9 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int, const char* const*) {
   const std::string d = dir, cpp = d + "/kernel.cpp", so = d + "/kernel.so", log = d + "/log.txt";
   std::ofstream(cpp) << src;
   const char* cxx = std::getenv("VOLT_CXX");
-  const std::string cmd = std::string(cxx && *cxx ? cxx : VOLT_CUDASIM_CXX) +
+  // Without this library's preload: the compiler is not a CUDA program, and an
+  // instrumented (sanitizer) build of it would fail the compiler's run.
+  const std::string cmd = "env -u LD_PRELOAD " + std::string(cxx && *cxx ? cxx : VOLT_CUDASIM_CXX) +
                           " -std=c++17 -O1 -ffp-contract=off -fno-math-errno -shared -fPIC -w -o " + so + " " + cpp +
                           " > " + log + " 2>&1";
   const int rc = std::system(cmd.c_str());
@@ -1043,7 +1059,14 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int, const char* const*) {
     bytes << in.rdbuf();
     const std::string lib = bytes.str();
     const bool barriers = prog->source.find("__syncthreads") != std::string::npos;
-    prog->image = "cudasim " + std::to_string(lib.size()) + " " + (barriers ? "1" : "0") + "\n" + lib;
+    static const char kHex[] = "0123456789abcdef";
+    std::string hex;
+    hex.reserve(2 * lib.size());
+    for (unsigned char b : lib) {
+      hex += kHex[b >> 4];
+      hex += kHex[b & 15];
+    }
+    prog->image = "cudasim " + std::to_string(lib.size()) + " " + (barriers ? "1" : "0") + "\n" + hex;
   }
   std::remove(cpp.c_str());
   std::remove(so.c_str());

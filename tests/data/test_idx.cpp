@@ -147,3 +147,14 @@ TEST_CASE("read_idx: bad dims and extra bytes") {
   write_gz(dir / "extra.gz", bytes);
   CHECK(contains(error_of([&] { data::read_idx(dir / "extra.gz"); }), "3 extra bytes"));
 }
+
+TEST_CASE("read_idx: a file that cannot be read is not called corrupt gzip") {
+  // /proc/self/mem opens, but reading offset 0 (never mapped) fails with EIO.
+  CHECK_THROWS_WITH_AS(volt::data::read_idx("/proc/self/mem"),
+                       doctest::Contains("read_idx: /proc/self/mem: cannot read the file"), volt::Error);
+  try {
+    volt::data::read_idx("/proc/self/mem");
+  } catch (const volt::Error& e) {
+    CHECK(std::string(e.what()).find("gzip") == std::string::npos);
+  }
+}

@@ -1,6 +1,7 @@
 // safetensors save/load: round trip, the bytes on disk, and every error by message.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -147,8 +148,8 @@ TEST_CASE("load errors name the file and what is wrong") {
                          volt::Error);
     write_all(path, make_file("{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 4]}}", 8));
     CHECK_THROWS_WITH_AS(nn::load(fc, path), doctest::Contains("do not hold 8 bytes"), volt::Error);
-    write_all(path, make_file("{\"w\": {\"dtype\": \"F16\", \"shape\": [2], \"data_offsets\": [0, 4]}}", 4));
-    CHECK_THROWS_WITH_AS(nn::load(fc, path), doctest::Contains("unsupported dtype 'F16'"),
+    write_all(path, make_file("{\"w\": {\"dtype\": \"F8_E4M3\", \"shape\": [2], \"data_offsets\": [0, 2]}}", 2));
+    CHECK_THROWS_WITH_AS(nn::load(fc, path), doctest::Contains("unsupported dtype 'F8_E4M3'"),
                          volt::Error);
     write_all(path, make_file("{\"w\": {\"dtype\": \"F32\", \"shape\": [-2], \"data_offsets\": [0, 4]}}", 4));
     CHECK_THROWS_WITH_AS(nn::load(fc, path), doctest::Contains("non-negative integer"),
@@ -182,4 +183,86 @@ TEST_CASE("load errors name the file and what is wrong") {
                          doctest::Contains("tensor 'weight' has dtype F64, the module expects F32"),
                          volt::Error);
   }
+}
+
+TEST_CASE("a header whose byte count overflows 64 bits is refused, naming the tensor") {
+  TempFile f("overflow");
+  // 2^62 f32 elements and 2^32 x 2^32 bytes: products that wrap to 0 in 64 bits.
+  write_all(f.str(), make_file("{\"w\": {\"dtype\": \"F32\", \"shape\": [4611686018427387904], "
+                               "\"data_offsets\": [0, 0]}}", 0));
+  CHECK_THROWS_WITH_AS(nn::load_tensors(f.str()),
+                       doctest::Contains("tensor 'w' shape [4611686018427387904] has more bytes than"),
+                       volt::Error);
+  write_all(f.str(), make_file("{\"u\": {\"dtype\": \"U8\", \"shape\": [4294967296, 4294967296], "
+                               "\"data_offsets\": [0, 0]}}", 0));
+  CHECK_THROWS_WITH_AS(nn::load_tensors(f.str()), doctest::Contains(f.str().c_str()), volt::Error);
+  CHECK_THROWS_WITH_AS(nn::load_tensors(f.str()), doctest::Contains("tensor 'u'"), volt::Error);
+  // A size that does not fit int64 at all.
+  write_all(f.str(), make_file("{\"u\": {\"dtype\": \"U8\", \"shape\": [9223372036854775808], "
+                               "\"data_offsets\": [0, 0]}}", 0));
+  CHECK_THROWS_WITH_AS(nn::load_tensors(f.str()), doctest::Contains("more bytes than"), volt::Error);
+}
+
+TEST_CASE("duplicate names and overlapping data_offsets are refused") {
+  TempFile f("dup");
+  write_all(f.str(), make_file("{\"a\": {\"dtype\": \"U8\", \"shape\": [2], \"data_offsets\": [0, 2]}, "
+                               "\"a\": {\"dtype\": \"U8\", \"shape\": [2], \"data_offsets\": [2, 4]}}", 4));
+  CHECK_THROWS_WITH_AS(nn::load_tensors(f.str()), doctest::Contains("the name 'a' appears twice"), volt::Error);
+  write_all(f.str(), make_file("{\"a\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [0, 4]}, "
+                               "\"b\": {\"dtype\": \"U8\", \"shape\": [2], \"data_offsets\": [3, 5]}}", 5));
+  CHECK_THROWS_WITH_AS(nn::load_tensors(f.str()),
+                       doctest::Contains("tensors 'a' [0, 4) and 'b' [3, 5) overlap"), volt::Error);
+  // Listed out of order, the same overlap; an empty tensor overlaps nothing.
+  write_all(f.str(), make_file("{\"b\": {\"dtype\": \"U8\", \"shape\": [2], \"data_offsets\": [3, 5]}, "
+                               "\"e\": {\"dtype\": \"U8\", \"shape\": [0], \"data_offsets\": [1, 1]}, "
+                               "\"a\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [0, 4]}}", 5));
+  CHECK_THROWS_WITH_AS(nn::load_tensors(f.str()), doctest::Contains("overlap"), volt::Error);
+  write_all(f.str(), make_file("{\"b\": {\"dtype\": \"U8\", \"shape\": [2], \"data_offsets\": [4, 6]}, "
+                               "\"e\": {\"dtype\": \"U8\", \"shape\": [0], \"data_offsets\": [1, 1]}, "
+                               "\"a\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [0, 4]}}", 6));
+  CHECK(nn::load_tensors(f.str()).size() == 3);
+}
+
+TEST_CASE("F16 and BF16 tensors load as f32, exactly") {
+  TempFile f("half");
+  // Bit patterns and their values from IEEE 754 binary16 and bfloat16 (the top
+  // half of a binary32): normal, subnormal, the largest half, signed zero, inf.
+  const uint16_t half[8] = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x03FF, 0x8000, 0x7C00, 0x3555};
+  const float half_value[8] = {1.0f, -2.0f, 65504.0f, 0x1p-24f, 1023 * 0x1p-24f, -0.0f, INFINITY, 0.333251953125f};
+  const uint16_t bf[3] = {0x3F80, 0xC0A0, 0x0001};
+  const float bf_value[3] = {1.0f, -5.0f, 0x1p-133f};
+  std::string json = "{\"h\": {\"dtype\": \"F16\", \"shape\": [2, 4], \"data_offsets\": [0, 16]}, "
+                     "\"b\": {\"dtype\": \"BF16\", \"shape\": [3], \"data_offsets\": [16, 22]}}";
+  std::string bytes = make_file(json, 22);
+  std::memcpy(bytes.data() + 8 + json.size(), half, 16);
+  std::memcpy(bytes.data() + 8 + json.size() + 16, bf, 6);
+  write_all(f.str(), bytes);
+  auto t = nn::load_tensors(f.str());
+  REQUIRE(t.size() == 2);
+  CHECK(t[0].second.dtype() == DType::f32);
+  CHECK(t[0].second.sizes() == Shape{2, 4});
+  auto h = t[0].second.to_vector<float>();
+  for (int i = 0; i < 8; ++i) {
+    CAPTURE(i);
+    CHECK(std::memcmp(&h[i], &half_value[i], 4) == 0);  // bit for bit, so -0 stays -0
+  }
+  auto b = t[1].second.to_vector<float>();
+  for (int i = 0; i < 3; ++i) CHECK(b[i] == bf_value[i]);
+
+  // Into an f32 module (and an f64 one), converted; not into an integer one.
+  std::string json2 = "{\"weight\": {\"dtype\": \"BF16\", \"shape\": [1, 2], \"data_offsets\": [0, 4]}, "
+                      "\"bias\": {\"dtype\": \"F16\", \"shape\": [1], \"data_offsets\": [4, 6]}}";
+  std::string bytes2 = make_file(json2, 6);
+  const uint16_t vals[3] = {0x3F80, 0xC0A0, 0x3C00};
+  std::memcpy(bytes2.data() + 8 + json2.size(), vals, 6);
+  write_all(f.str(), bytes2);
+  nn::Linear fc(2, 1);
+  nn::load(fc, f.str());
+  CHECK(fc.weight().to_vector<float>() == std::vector<float>{1.0f, -5.0f});
+  CHECK(fc.bias().to_vector<float>() == std::vector<float>{1.0f});
+  nn::Module m;
+  m.register_parameter("weight", Tensor::zeros({1, 2}, DType::f64));
+  m.register_buffer("bias", Tensor::zeros({1}, DType::i64));
+  CHECK_THROWS_WITH_AS(nn::load(m, f.str()),
+                       doctest::Contains("tensor 'bias' has dtype F16, the module expects I64"), volt::Error);
 }
