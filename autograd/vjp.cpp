@@ -1,5 +1,6 @@
 #include "autograd/vjp.h"
 
+#include "tensor/conv.h"
 #include "tensor/custom_op.h"
 
 #include <cmath>
@@ -156,6 +157,11 @@ std::vector<Tensor> vjp(const OpCall& c, const Tensor& g) {
       if (c.args.size() == 3) r.push_back(sum(g2, {0}));
       return r;
     }
+    // ---- windows: im2col and col2im are each other's adjoints ----
+    case OpId::im2col:
+      return {col2im(g, Window2d::from_ints(at.ints), arg(c, 0).size(2), arg(c, 0).size(3))};
+    case OpId::col2im: return {im2col(g, Window2d::from_ints(at.ints))};
+    case OpId::max_pool2d: return {max_pool2d_backward(g, arg(c, 0), Window2d::from_ints(at.ints))};
     // Eager mode records cross_entropy whole where it ran as one fused kernel.
     case OpId::cross_entropy: return {cross_entropy_backward(g, arg(c, 0), arg(c, 1)), Tensor()};
     case OpId::custom: {

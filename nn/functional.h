@@ -4,6 +4,7 @@
 //   volt::Tensor h = F::relu(F::linear(x, w, b));    // x: (B, in), w: (out, in) -> (B, out)
 //   volt::Tensor loss = F::cross_entropy(h, target);  // h: (B, C), target: (B) i64 -> ()
 #pragma once
+#include "tensor/conv.h"
 #include "tensor/ops.h"
 
 namespace volt::nn::functional {
@@ -25,6 +26,20 @@ inline Tensor cross_entropy(const Tensor& logits, const Tensor& target) {
 // logp: (N, C) log-probabilities, target: (N) class indices -> () mean over N
 inline Tensor nll_loss(const Tensor& logp, const Tensor& target) {
   return volt::nll_loss(logp, target);
+}
+
+// x: (N, C, H, W), weight: (O, C, kh, kw), bias: (O) or undefined -> (N, O, OH, OW)
+inline Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                     std::array<int64_t, 2> stride = {1, 1}, std::array<int64_t, 2> padding = {0, 0},
+                     std::array<int64_t, 2> dilation = {1, 1}) {
+  return volt::conv2d(x, weight, bias, {stride, padding, dilation, 1});
+}
+// x: (N, C, H, W) -> (N, C, OH, OW); stride 0 (the default) means stride = kernel_size.
+inline Tensor max_pool2d(const Tensor& x, int64_t kernel_size, int64_t stride = 0, int64_t padding = 0) {
+  return volt::max_pool2d(x, {kernel_size, kernel_size}, {stride, stride}, {padding, padding});
+}
+inline Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1) {
+  return volt::flatten(x, start_dim, end_dim);
 }
 
 }  // namespace volt::nn::functional

@@ -191,6 +191,11 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
   VOLT_CHECK(options.momentum >= 0, "SGD", "momentum must be >= 0, got " << options.momentum);
 }
 
+void SGD::set_lr(double lr) {
+  VOLT_CHECK(lr >= 0, "SGD", "lr must be >= 0, got " << lr);
+  options_.lr = lr;
+}
+
 void SGD::step() {
   NoGradGuard no_grad;
   const auto& o = options_;
@@ -243,6 +248,11 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options)
   VOLT_CHECK(options.beta2 >= 0 && options.beta2 < 1, "Adam",
              "beta2 must be in [0, 1), got " << options.beta2);
   VOLT_CHECK(options.eps >= 0, "Adam", "eps must be >= 0, got " << options.eps);
+}
+
+void Adam::set_lr(double lr) {
+  VOLT_CHECK(lr >= 0, "Adam", "lr must be >= 0, got " << lr);
+  options_.lr = lr;
 }
 
 void Adam::step() {

@@ -1,4 +1,4 @@
-// Optimizers: SGD (with momentum) and Adam, with PyTorch's update rules.
+// Optimizers: SGD (with momentum), Adam and Adadelta, with PyTorch's update rules.
 //
 //   volt::nn::Adam opt(net->parameters(), {.lr = 1e-3});
 //   opt.zero_grad();
@@ -27,6 +27,10 @@ class Optimizer {
   void zero_grad();  // grads become undefined (PyTorch's set_to_none=True)
   virtual void step() = 0;
   const std::vector<Tensor>& params() const { return params_; }
+  // The learning rate the next step uses (schedulers set it; nn/lr_scheduler.h).
+  // A lazy or compiled step reads it as a run-time scalar: changing it does not recompile.
+  virtual double lr() const = 0;
+  virtual void set_lr(double lr) = 0;
 
  protected:
   std::vector<Tensor> params_;
@@ -45,6 +49,8 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, SGDOptions options);
   void step() override;
   const SGDOptions& options() const { return options_; }
+  double lr() const override { return options_.lr; }
+  void set_lr(double lr) override;
 
  private:
   SGDOptions options_;
@@ -68,6 +74,8 @@ class Adam : public Optimizer {
   Adam(std::vector<Tensor> params, AdamOptions options = {});
   void step() override;
   const AdamOptions& options() const { return options_; }
+  double lr() const override { return options_.lr; }
+  void set_lr(double lr) override;
   int64_t step_count(size_t i) const { return state_.at(i).step; }
   const Tensor& exp_avg(size_t i) const { return state_.at(i).m; }
   const Tensor& exp_avg_sq(size_t i) const { return state_.at(i).v; }
@@ -78,6 +86,36 @@ class Adam : public Optimizer {
     Tensor m, v;  // first and second moments, same shape as the parameter
   };
   AdamOptions options_;
+  std::vector<State> state_;
+};
+
+struct AdadeltaOptions {
+  double lr = 1.0;
+  double rho = 0.9;
+  double eps = 1e-6;
+  double weight_decay = 0.0;
+};
+
+// With g += wd * p first, and s (square_avg) and d (acc_delta) starting at 0:
+//   s = rho s + (1 - rho) g^2
+//   delta = sqrt(d + eps) / sqrt(s + eps) * g
+//   d = rho d + (1 - rho) delta^2
+//   p -= lr * delta
+class Adadelta : public Optimizer {
+ public:
+  Adadelta(std::vector<Tensor> params, AdadeltaOptions options = {});
+  void step() override;
+  const AdadeltaOptions& options() const { return options_; }
+  double lr() const override { return options_.lr; }
+  void set_lr(double lr) override;
+  const Tensor& square_avg(size_t i) const { return state_.at(i).square_avg; }
+  const Tensor& acc_delta(size_t i) const { return state_.at(i).acc_delta; }
+
+ private:
+  struct State {
+    Tensor square_avg, acc_delta;  // same shape as the parameter; undefined until its first step
+  };
+  AdadeltaOptions options_;
   std::vector<State> state_;
 };
 

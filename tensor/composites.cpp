@@ -3,6 +3,7 @@
 // bound symbol and these prims as its decomposition.
 #include <cmath>
 
+#include "tensor/conv.h"
 #include "tensor/custom_op.h"
 #include "tensor/ops.h"
 
@@ -112,6 +113,8 @@ std::vector<Tensor> decompose(const OpCall& call) {
       Tensor onehot = convert_element_type(eq(target.unsqueeze(1), classes), logits.dtype());
       return {mul(sub(softmax(logits, 1), onehot), div(a, static_cast<double>(n)))};
     }
+    case OpId::conv2d:
+      return {conv2d_decomposition(call)};
     default:
       VOLT_FAIL(op_name(call.op), "has no decomposition");
   }

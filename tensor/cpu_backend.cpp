@@ -28,6 +28,7 @@ using std::log;
 
 void cpu_matmul(const Tensor& a, const Tensor& b, Tensor& out);                   // cpu_matmul.cpp
 void cpu_linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);  // cpu_matmul.cpp
+void cpu_window(const OpCall& call, Tensor& out);                                   // cpu_conv.cpp
 
 namespace {
 
@@ -570,6 +571,9 @@ class CpuBackend final : public Backend {
         if (call.op == OpId::matmul) cpu_matmul(call.args[0].tensor, call.args[1].tensor, out);
         else cpu_linear(call.args[0].tensor, call.args[1].tensor,
                         call.args.size() == 3 ? &call.args[2].tensor : nullptr, out);
+        return;
+      case OpKind::Window:
+        cpu_window(call, out);
         return;
       case OpKind::Composite:
         VOLT_CHECK(fuses(call.op), info.name, "is a composite op without a fused CPU kernel");

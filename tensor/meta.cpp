@@ -2,6 +2,7 @@
 // Tracers use these to give proxies their shape, dtype and device.
 #include <algorithm>
 
+#include "tensor/conv.h"
 #include "tensor/custom_op.h"
 #include "tensor/dispatch.h"
 
@@ -295,6 +296,8 @@ std::vector<TensorMeta> infer_meta(const OpCall& call) {
                  "expected input, weight and optional bias");
       common_device(call);
       return linear_meta(call);
+    case OpKind::Window:
+      return window_meta(call);
     case OpKind::Custom: {
       const CustomOpDef& def = custom_op(call.attrs.custom);
       VOLT_CHECK(def.meta, def.name, "is a composite op and has no meta function of its own");

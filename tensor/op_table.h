@@ -20,6 +20,7 @@ enum class OpKind : uint8_t {
   Pad,        // zero padding along one dim (the gradient of narrow)
   Reduce,     // sum, amax, amin, argmax, argmin over dims
   Matmul,     // matmul, linear
+  Window,     // im2col, col2im, max_pool2d and its gradient (tensor/conv.h)
   Composite,  // written as a composition of other ops
   Custom,     // registered at run time (tensor/custom_op.h), told apart by Attrs::custom
 };
@@ -68,6 +69,10 @@ enum class OpKind : uint8_t {
   X(argmin, Reduce, "")                               \
   X(matmul, Matmul, "")                               \
   X(linear, Matmul, "")                               \
+  X(im2col, Window, "")                               \
+  X(col2im, Window, "")                               \
+  X(max_pool2d, Window, "")                           \
+  X(max_pool2d_backward, Window, "")                  \
   X(relu, Composite, "")                              \
   X(dropout, Composite, "")                           \
   X(mean, Composite, "")                              \
@@ -77,6 +82,7 @@ enum class OpKind : uint8_t {
   X(nll_loss, Composite, "")                          \
   X(cross_entropy, Composite, "")                     \
   X(cross_entropy_backward, Composite, "")            \
+  X(conv2d, Composite, "")                            \
   X(custom, Custom, "")
 
 enum class OpId : uint8_t {

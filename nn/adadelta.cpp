@@ -1,0 +1,88 @@
+// Adadelta (nn/optim.h): PyTorch's rule, one pass over each parameter's memory
+// on the CPU, in-place tensor ops elsewhere (the lazy device, CUDA).
+#include <cmath>
+#include <type_traits>
+
+#include "nn/optim.h"
+#include "tensor/dispatch.h"
+#include "tensor/ops.h"
+
+namespace volt::nn {
+
+namespace {
+
+// p, g, s (square_avg), d (acc_delta): (n).  Each statement is the tensor op
+// PyTorch runs, in its order, rounded to T.
+template <class T>
+void adadelta_kernel(T* p, const T* g, T* s, T* d, int64_t n, T lr, T rho, T one_minus_rho, T eps, T wd) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+#endif
+  for (int64_t i = 0; i < n; ++i) {
+    T gi = g[i];
+    if (wd != T(0)) gi = gi + wd * p[i];
+    s[i] = s[i] * rho + one_minus_rho * gi * gi;
+    const T std_ = std::sqrt(s[i] + eps);
+    const T delta = std::sqrt(d[i] + eps) / std_ * gi;
+    d[i] = d[i] * rho + one_minus_rho * delta * delta;
+    p[i] = p[i] + -lr * delta;
+  }
+}
+
+}  // namespace
+
+Adadelta::Adadelta(std::vector<Tensor> params, AdadeltaOptions options)
+    : Optimizer(std::move(params)), options_(options), state_(params_.size()) {
+  VOLT_CHECK(options.lr >= 0, "Adadelta", "lr must be >= 0, got " << options.lr);
+  VOLT_CHECK(options.rho >= 0 && options.rho <= 1, "Adadelta", "rho must be in [0, 1], got " << options.rho);
+  VOLT_CHECK(options.eps >= 0, "Adadelta", "eps must be >= 0, got " << options.eps);
+  VOLT_CHECK(options.weight_decay >= 0, "Adadelta", "weight_decay must be >= 0, got " << options.weight_decay);
+}
+
+void Adadelta::set_lr(double lr) {
+  VOLT_CHECK(lr >= 0, "Adadelta", "lr must be >= 0, got " << lr);
+  options_.lr = lr;
+}
+
+void Adadelta::step() {
+  NoGradGuard no_grad;
+  const auto& o = options_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    Tensor g = p.grad();
+    VOLT_CHECK(g.sizes() == p.sizes(), "Adadelta",
+               "grad has shape " << shape_str(g.sizes()) << ", parameter " << shape_str(p.sizes()));
+    if (g.dtype() != p.dtype()) g = g.to(p.dtype());
+    if (g.device() != p.device()) g = g.to(p.device());
+    State& st = state_[i];
+    for (Tensor* t : {&st.square_avg, &st.acc_delta})
+      if (t->defined() && t->device() != p.device()) *t = t->to(p.device());
+    if (!st.square_avg.defined()) {
+      st.square_avg = Tensor::zeros(p.sizes(), p.dtype(), p.device());
+      st.acc_delta = Tensor::zeros(p.sizes(), p.dtype(), p.device());
+    }
+    if (p.device().is_cpu() && p.has_data() && p.is_contiguous() &&
+        (p.dtype() == DType::f32 || p.dtype() == DType::f64)) {
+      const Tensor gc = g.is_contiguous() ? g : g.contiguous();
+      VOLT_DISPATCH_DTYPE(p.dtype(), [&] {
+        if constexpr (std::is_floating_point_v<scalar_t>) {
+          using T = scalar_t;
+          adadelta_kernel<T>(p.data_ptr<T>(), gc.data_ptr<T>(), st.square_avg.data_ptr<T>(),
+                             st.acc_delta.data_ptr<T>(), p.numel(), T(o.lr), T(o.rho), T(1.0 - o.rho), T(o.eps),
+                             T(o.weight_decay));
+        }
+      });
+      continue;
+    }
+    // Other devices: the same rule as tensor ops (scalars stay run-time values
+    // on the lazy device, so a new learning rate reuses the compiled step).
+    if (o.weight_decay != 0) g = g + p * o.weight_decay;
+    st.square_avg.mul_(o.rho).add_(g * g, 1.0 - o.rho);
+    Tensor delta = volt::sqrt(st.acc_delta + o.eps) / volt::sqrt(st.square_avg + o.eps) * g;
+    st.acc_delta.mul_(o.rho).add_(delta * delta, 1.0 - o.rho);
+    p.add_(delta, -o.lr);
+  }
+}
+
+}  // namespace volt::nn

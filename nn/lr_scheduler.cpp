@@ -1,0 +1,22 @@
+#include "nn/lr_scheduler.h"
+
+#include <cmath>
+
+namespace volt::nn {
+
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
+  VOLT_CHECK(step_size > 0, "StepLR", "step_size must be positive, got " << step_size);
+}
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min)
+    : LRScheduler(optimizer), t_max_(t_max), eta_min_(eta_min) {
+  VOLT_CHECK(t_max > 0, "CosineAnnealingLR", "T_max must be positive, got " << t_max);
+}
+
+double CosineAnnealingLR::next_lr(double, int64_t epoch) const {
+  const double pi = std::acos(-1.0);
+  return eta_min_ + (base_lr() - eta_min_) * (1 + std::cos(pi * static_cast<double>(epoch) / t_max_)) / 2;
+}
+
+}  // namespace volt::nn

@@ -1,0 +1,215 @@
+// The window prims on the CPU: im2col, col2im, max_pool2d and its gradient.
+// Each works plane by plane (one (n, c) image channel at a time), the planes
+// split over threads; every output element is written by one thread, in one
+// fixed order, so results do not depend on the number of threads.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "tensor/conv.h"
+
+namespace volt {
+
+namespace {
+
+struct Geometry {
+  int64_t n, c, h, w, oh, ow;
+  Window2d win;
+};
+
+// The range [lo, hi) of output positions o whose input position
+// o * stride - pad + k * dil lies in [0, size).
+void valid_range(int64_t out, int64_t size, int64_t stride, int64_t off, int64_t* lo, int64_t* hi) {
+  // o * stride + off >= 0  and  o * stride + off < size
+  int64_t l = off >= 0 ? 0 : (-off + stride - 1) / stride;
+  int64_t h = size - off <= 0 ? 0 : (size - off + stride - 1) / stride;
+  *lo = std::min(l, out);
+  *hi = std::max(*lo, std::min(h, out));
+}
+
+// x: (N, C, H, W) contiguous -> cols (N, C * kh * kw, OH * OW)
+template <class T>
+void im2col_kernel(const T* x, T* cols, const Geometry& g) {
+  const Window2d& k = g.win;
+  const int64_t planes = g.n * g.c, kk = k.kernel[0] * k.kernel[1], len = g.oh * g.ow;
+#pragma omp parallel for schedule(static) if (planes * kk * len > (1 << 15))
+  for (int64_t p = 0; p < planes; ++p) {
+    const T* xp = x + p * g.h * g.w;
+    T* cp = cols + p * kk * len;
+    for (int64_t i = 0; i < k.kernel[0]; ++i) {
+      const int64_t hoff = i * k.dilation[0] - k.padding[0];
+      int64_t oh_lo, oh_hi;
+      valid_range(g.oh, g.h, k.stride[0], hoff, &oh_lo, &oh_hi);
+      for (int64_t j = 0; j < k.kernel[1]; ++j) {
+        const int64_t woff = j * k.dilation[1] - k.padding[1];
+        int64_t ow_lo, ow_hi;
+        valid_range(g.ow, g.w, k.stride[1], woff, &ow_lo, &ow_hi);
+        T* row = cp + (i * k.kernel[1] + j) * len;
+        std::fill(row, row + oh_lo * g.ow, T(0));
+        for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+          T* r = row + oh * g.ow;
+          const T* src = xp + (oh * k.stride[0] + hoff) * g.w + woff;
+          std::fill(r, r + ow_lo, T(0));
+          if (k.stride[1] == 1) {
+            std::memcpy(r + ow_lo, src + ow_lo, sizeof(T) * (ow_hi - ow_lo));
+          } else {
+            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) r[ow] = src[ow * k.stride[1]];
+          }
+          std::fill(r + ow_hi, r + g.ow, T(0));
+        }
+        std::fill(row + oh_hi * g.ow, row + len, T(0));
+      }
+    }
+  }
+}
+
+// cols (N, C * kh * kw, OH * OW) -> x (N, C, H, W): the sum of every column
+// entry read from each input element, in the order (i, j, oh, ow).
+template <class T>
+void col2im_kernel(const T* cols, T* x, const Geometry& g) {
+  const Window2d& k = g.win;
+  const int64_t planes = g.n * g.c, kk = k.kernel[0] * k.kernel[1], len = g.oh * g.ow;
+#pragma omp parallel for schedule(static) if (planes * kk * len > (1 << 15))
+  for (int64_t p = 0; p < planes; ++p) {
+    T* xp = x + p * g.h * g.w;
+    const T* cp = cols + p * kk * len;
+    std::fill(xp, xp + g.h * g.w, T(0));
+    for (int64_t i = 0; i < k.kernel[0]; ++i) {
+      const int64_t hoff = i * k.dilation[0] - k.padding[0];
+      int64_t oh_lo, oh_hi;
+      valid_range(g.oh, g.h, k.stride[0], hoff, &oh_lo, &oh_hi);
+      for (int64_t j = 0; j < k.kernel[1]; ++j) {
+        const int64_t woff = j * k.dilation[1] - k.padding[1];
+        int64_t ow_lo, ow_hi;
+        valid_range(g.ow, g.w, k.stride[1], woff, &ow_lo, &ow_hi);
+        const T* row = cp + (i * k.kernel[1] + j) * len;
+        for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+          const T* r = row + oh * g.ow;
+          T* dst = xp + (oh * k.stride[0] + hoff) * g.w + woff;
+          if (k.stride[1] == 1) {
+            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow] += r[ow];
+          } else {
+            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow * k.stride[1]] += r[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+// The position (in its plane) of the first maximal element of output (oh, ow)'s
+// window, a NaN counting as maximal; -1 where the window holds no element.
+template <class T>
+inline int64_t window_argmax(const T* xp, const Geometry& g, int64_t oh, int64_t ow) {
+  const Window2d& k = g.win;
+  int64_t best = -1;
+  T bv = -std::numeric_limits<T>::infinity();
+  for (int64_t i = 0; i < k.kernel[0]; ++i) {
+    const int64_t ih = oh * k.stride[0] - k.padding[0] + i * k.dilation[0];
+    if (ih < 0 || ih >= g.h) continue;
+    for (int64_t j = 0; j < k.kernel[1]; ++j) {
+      const int64_t iw = ow * k.stride[1] - k.padding[1] + j * k.dilation[1];
+      if (iw < 0 || iw >= g.w) continue;
+      const T v = xp[ih * g.w + iw];
+      if (best < 0 || v > bv || std::isnan(v)) {
+        best = ih * g.w + iw;
+        bv = v;
+        if (std::isnan(v)) return best;
+      }
+    }
+  }
+  return best;
+}
+
+// x (N, C, H, W) -> y (N, C, OH, OW)
+template <class T>
+void max_pool_kernel(const T* x, T* y, const Geometry& g) {
+  const int64_t planes = g.n * g.c;
+  const Window2d& k = g.win;
+  const bool plain2 = k.kernel[0] == 2 && k.kernel[1] == 2 && k.stride[0] == 2 && k.stride[1] == 2 &&
+                      k.padding[0] == 0 && k.padding[1] == 0 && k.dilation[0] == 1 && k.dilation[1] == 1;
+#pragma omp parallel for schedule(static) if (planes * g.oh * g.ow > (1 << 15))
+  for (int64_t p = 0; p < planes; ++p) {
+    const T* xp = x + p * g.h * g.w;
+    T* yp = y + p * g.oh * g.ow;
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      if (plain2) {  // the common 2x2 pool: the same rule, without the general walk
+        const T* r0 = xp + 2 * oh * g.w;
+        const T* r1 = r0 + g.w;
+        for (int64_t ow = 0; ow < g.ow; ++ow) {
+          T m = r0[2 * ow];
+          for (T v : {r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]})
+            if (v > m || std::isnan(v)) m = std::isnan(m) ? m : v;
+          yp[oh * g.ow + ow] = m;
+        }
+        continue;
+      }
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        const int64_t at = window_argmax(xp, g, oh, ow);
+        yp[oh * g.ow + ow] = at < 0 ? -std::numeric_limits<T>::infinity() : xp[at];
+      }
+    }
+  }
+}
+
+// gy (N, C, OH, OW), x (N, C, H, W) -> gx (N, C, H, W)
+template <class T>
+void max_pool_backward_kernel(const T* gy, const T* x, T* gx, const Geometry& g) {
+  const int64_t planes = g.n * g.c;
+#pragma omp parallel for schedule(static) if (planes * g.h * g.w > (1 << 15))
+  for (int64_t p = 0; p < planes; ++p) {
+    const T* xp = x + p * g.h * g.w;
+    const T* gp = gy + p * g.oh * g.ow;
+    T* op = gx + p * g.h * g.w;
+    std::fill(op, op + g.h * g.w, T(0));
+    for (int64_t oh = 0; oh < g.oh; ++oh)
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        const int64_t at = window_argmax(xp, g, oh, ow);
+        if (at >= 0) op[at] += gp[oh * g.ow + ow];
+      }
+  }
+}
+
+template <class T>
+void run_typed(const OpCall& call, Tensor& out) {
+  const Window2d win = Window2d::from_ints(call.attrs.ints);
+  const Tensor in = call.args.back().tensor.contiguous();
+  T* o = static_cast<T*>(out.raw_data());
+  const T* ip = static_cast<const T*>(in.raw_data());
+  switch (call.op) {
+    case OpId::im2col: {
+      const Geometry g{in.size(0), in.size(1), in.size(2), in.size(3), win.out_size(0, in.size(2), "im2col"),
+                       win.out_size(1, in.size(3), "im2col"), win};
+      im2col_kernel<T>(ip, o, g);
+      return;
+    }
+    case OpId::col2im: {
+      const Geometry g{out.size(0), out.size(1), out.size(2), out.size(3), win.out_size(0, out.size(2), "col2im"),
+                       win.out_size(1, out.size(3), "col2im"), win};
+      col2im_kernel<T>(ip, o, g);
+      return;
+    }
+    case OpId::max_pool2d:
+    case OpId::max_pool2d_backward: {
+      const Geometry g{in.size(0), in.size(1), in.size(2), in.size(3), win.out_size(0, in.size(2), "max_pool2d"),
+                       win.out_size(1, in.size(3), "max_pool2d"), win};
+      if (call.op == OpId::max_pool2d) return max_pool_kernel<T>(ip, o, g);
+      const Tensor gy = call.args[0].tensor.contiguous();
+      max_pool_backward_kernel<T>(static_cast<const T*>(gy.raw_data()), ip, o, g);
+      return;
+    }
+    default: VOLT_FAIL(op_name(call.op), "is not a window op");
+  }
+}
+
+}  // namespace
+
+// Runs a window prim whose output is allocated (cpu_backend.cpp calls it).
+void cpu_window(const OpCall& call, Tensor& out) {
+  NoGradGuard no_grad;
+  if (out.dtype() == DType::f64) run_typed<double>(call, out);
+  else run_typed<float>(call, out);
+}
+
+}  // namespace volt
