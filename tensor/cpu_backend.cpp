@@ -11,6 +11,7 @@
 #include <pmmintrin.h>
 
 #include "tensor/backend.h"
+#include "tensor/cpu_threads.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
 // The Philox text itself (also compiled in random.cpp): inlined here, the draw
@@ -31,6 +32,9 @@ void cpu_linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& ou
 void cpu_window(const OpCall& call, Tensor& out);                                   // cpu_conv.cpp
 
 namespace {
+
+// Elements (or Philox draws) a loop needs before it splits over threads.
+constexpr int64_t kParallelGrain = int64_t(1) << 15;
 
 // ---------------------------------------------------------------- strided walk
 // An operand of an elementwise loop: a base pointer and element strides already
@@ -70,12 +74,13 @@ void elementwise(Tensor& out, const std::array<Operand, N>& in, F f) {
   if (plain) {
     std::array<const C*, N> p;
     for (size_t k = 0; k < N; ++k) p[k] = reinterpret_cast<const C*>(in[k].ptr);
-#pragma omp parallel for if (n > (1 << 16)) schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      if constexpr (N == 1) o[i] = static_cast<R>(f(p[0][i]));
-      else if constexpr (N == 2) o[i] = static_cast<R>(f(p[0][i], p[1][i]));
-      else o[i] = static_cast<R>(f(p[0][i], p[1][i], p[2][i]));
-    }
+    cpu::parallel_for(n, kParallelGrain, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        if constexpr (N == 1) o[i] = static_cast<R>(f(p[0][i]));
+        else if constexpr (N == 2) o[i] = static_cast<R>(f(p[0][i], p[1][i]));
+        else o[i] = static_cast<R>(f(p[0][i], p[1][i], p[2][i]));
+      }
+    });
     return;
   }
   // General case: walk the output in order, rows of the last dim at a time.
@@ -92,8 +97,8 @@ void elementwise(Tensor& out, const std::array<Operand, N>& in, F f) {
   }
   const int64_t inner = shape[nd - 1];
   const int64_t rows = n / inner;
-#pragma omp parallel for if (n > (1 << 16)) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
+  cpu::parallel_for(rows, std::max<int64_t>(1, kParallelGrain / inner), [&](int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
     std::array<const C*, N> p;
     std::array<int64_t, N> s;
     int64_t rem = r;
@@ -113,6 +118,7 @@ void elementwise(Tensor& out, const std::array<Operand, N>& in, F f) {
       else orow[j] = static_cast<R>(f(p[0][j * s[0]], p[1][j * s[1]], p[2][j * s[2]]));
     }
   }
+  });
 }
 
 // Copies a tensor of any strides into a contiguous one of another dtype.
@@ -251,11 +257,12 @@ template <class T>
 void fill_uniform(T* o, int64_t n, uint64_t seed, uint64_t offset, T lo, T hi) {
   constexpr int64_t kBlock = 4096;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t first = b * kBlock;
-    fill_uniform_block(o + first, std::min(kBlock, n - first), static_cast<uint64_t>(first), seed, offset, lo, hi);
-  }
+  cpu::parallel_for(blocks, kParallelGrain / kBlock, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t first = b * kBlock;
+      fill_uniform_block(o + first, std::min(kBlock, n - first), static_cast<uint64_t>(first), seed, offset, lo, hi);
+    }
+  });
 }
 
 // ---------------------------------------------------------------- reductions
@@ -671,6 +678,7 @@ struct Registrar {
     set_flush_denormals();
 #pragma omp parallel
     set_flush_denormals();
+    // volt's pool (tensor/cpu_threads.cpp) runs each task with its caller's MXCSR.
   }
 } g_registrar;
 

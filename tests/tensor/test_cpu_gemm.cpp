@@ -5,10 +5,16 @@
 // 8).  Packed kernels: larger products (a batch of 64 and up).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
+#include <vector>
 
+#include "tensor/cpu_gemm.h"
+#include "tensor/cpu_threads.h"
 #include "tensor/ops.h"
 #include "tests/tensor/reference.h"
 
@@ -145,4 +151,154 @@ TEST_CASE("packed products: more than 4096 rows or columns run block by block") 
                 1e-5, 1e-5);
     check_bitwise<float>("fma chain " + label, y, fma_chain<float>(x, w.t(), &bias));
   }
+}
+
+// ---- every instruction set and thread count ----
+
+namespace {
+
+// Restores the kernel set and the thread count a test changed.
+struct KernelScope {
+  cpu::Isa isa = cpu::isa();
+  int threads = cpu::num_threads();
+  ~KernelScope() {
+    cpu::set_isa(isa);
+    cpu::set_num_threads(threads);
+  }
+};
+
+std::vector<cpu::Isa> machine_isas() {
+  std::vector<cpu::Isa> out;
+  for (cpu::Isa i : {cpu::Isa::generic, cpu::Isa::avx2, cpu::Isa::avx512})
+    if (cpu::isa_supported(i)) out.push_back(i);
+  return out;
+}
+
+template <class T>
+void check_same_bits(const std::string& label, const Tensor& got, const Tensor& want) {
+  check_bitwise<T>(label, got, want.to_vector<T>());
+}
+
+}  // namespace
+
+TEST_CASE("GEMM kernels: every instruction set this CPU has, 1-4 threads, the same bits") {
+  KernelScope scope;
+  const std::vector<cpu::Isa> isas = machine_isas();
+  CHECK(isas.front() == cpu::Isa::generic);
+  MESSAGE("instruction sets tested: " << isas.size() << " (best: " << cpu::isa_name(isas.back()) << ")");
+  struct Case {
+    int64_t m, k, n;
+  };
+  // Skinny (m <= 16 or k <= 16), packed with partial panels in every direction for
+  // every tile shape (6, 8, 12 rows; 16, 32 columns), two k-blocks, and the seed
+  // model's 784 x 784 at batch 64.
+  const std::vector<Case> cases = {{1, 33, 7},   {7, 100, 45},  {16, 784, 28}, {19, 13, 50},  {37, 61, 33},
+                                   {61, 130, 97}, {25, 1100, 18}, {64, 784, 784}, {100, 17, 129}};
+  for (DType dt : {DType::f32, DType::f64})
+    for (const Case& cs : cases) {
+      const std::string shape = std::string(dtype_name(dt)) + " m=" + std::to_string(cs.m) +
+                                " k=" + std::to_string(cs.k) + " n=" + std::to_string(cs.n);
+      Tensor x = sample({cs.m, cs.k}, dt, 61), w = sample({cs.n, cs.k}, dt, 62), bias = sample({cs.n}, dt, 63);
+      Tensor g = sample({cs.m, cs.n}, dt, 64), xt = sample({cs.k, cs.m}, dt, 65);
+      // The reference run: baseline kernels, one thread.
+      cpu::set_isa(cpu::Isa::generic);
+      cpu::set_num_threads(1);
+      const Tensor y0 = linear(x, w, bias), gw0 = matmul(g, w), atb0 = matmul(xt.t(), w.t());
+      const Tensor st0 = matmul(strided(x), strided(w.t())), gx0 = matmul(g.t(), x);
+      const double tol = dt == DType::f32 ? 2e-4 : 1e-9;
+      check_close("x W^T + b " + shape, y0, ref_zip(ref_matmul(ref_of(x), ref_of(w.t())), ref_of(bias),
+                                                    [](double p, double q) { return p + q; }),
+                  tol, tol);
+      check_close("A^T B " + shape, atb0, ref_matmul(ref_of(xt.t()), ref_of(w.t())), tol, tol);
+      check_close("g^T x " + shape, gx0, ref_matmul(ref_of(g.t()), ref_of(x)), tol, tol);
+      for (cpu::Isa isa : isas)
+        for (int threads = 1; threads <= 4; ++threads) {
+          cpu::set_isa(isa);
+          cpu::set_num_threads(threads);
+          const std::string label = shape + " " + cpu::isa_name(isa) + " threads=" + std::to_string(threads);
+          if (dt == DType::f32) {
+            check_same_bits<float>("x W^T + b " + label, linear(x, w, bias), y0);
+            check_same_bits<float>("g W " + label, matmul(g, w), gw0);
+            check_same_bits<float>("A^T B " + label, matmul(xt.t(), w.t()), atb0);
+            check_same_bits<float>("strided " + label, matmul(strided(x), strided(w.t())), st0);
+            check_same_bits<float>("g^T x " + label, matmul(g.t(), x), gx0);
+          } else {
+            check_same_bits<double>("x W^T + b " + label, linear(x, w, bias), y0);
+            check_same_bits<double>("g W " + label, matmul(g, w), gw0);
+            check_same_bits<double>("A^T B " + label, matmul(xt.t(), w.t()), atb0);
+            check_same_bits<double>("strided " + label, matmul(strided(x), strided(w.t())), st0);
+            check_same_bits<double>("g^T x " + label, matmul(g.t(), x), gx0);
+          }
+        }
+    }
+}
+
+TEST_CASE("GEMM kernels: packed products are the fma chain on every instruction set") {
+  KernelScope scope;
+  for (cpu::Isa isa : machine_isas())
+    for (int threads : {1, 3}) {
+      cpu::set_isa(isa);
+      cpu::set_num_threads(threads);
+      for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{29, 45, 70}, {256, 784, 784}, {40, 1100, 33}}) {
+        const std::string label = std::string(cpu::isa_name(isa)) + " threads=" + std::to_string(threads) +
+                                   " m=" + std::to_string(m) + " k=" + std::to_string(k) + " n=" + std::to_string(n);
+        Tensor x = sample({m, k}, DType::f32, 51), w = sample({n, k}, DType::f32, 52), b = sample({n}, DType::f32, 53);
+        check_bitwise<float>("fma chain " + label, linear(x, w, b), fma_chain<float>(x, w.t(), &b));
+      }
+    }
+}
+
+TEST_CASE("cpu_linear_relu: bias and ReLU in the GEMM's store equal relu(linear) bit for bit") {
+  KernelScope scope;
+  for (cpu::Isa isa : machine_isas())
+    for (DType dt : {DType::f32, DType::f64})
+      for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{8, 784, 784}, {3, 5, 7}, {70, 50, 45}, {20, 9, 40}}) {
+        cpu::set_isa(isa);
+        cpu::set_num_threads(2);
+        const std::string label = std::string(cpu::isa_name(isa)) + " " + dtype_name(dt) + " m=" + std::to_string(m) +
+                                  " k=" + std::to_string(k) + " n=" + std::to_string(n);
+        Tensor x = sample({m, k}, dt, 41), w = sample({n, k}, dt, 42), b = sample({n}, dt, 43);
+        Tensor out = Tensor::zeros({m, n}, dt), out_nb = Tensor::zeros({m, n}, dt);
+        cpu_linear_relu(x, w, &b, out);
+        cpu_linear_relu(x, w, nullptr, out_nb);
+        Tensor want = relu(linear(x, w, b)), want_nb = relu(linear(x, w));
+        if (dt == DType::f32) {
+          check_same_bits<float>("with bias " + label, out, want);
+          check_same_bits<float>("no bias " + label, out_nb, want_nb);
+        } else {
+          check_same_bits<double>("with bias " + label, out, want);
+          check_same_bits<double>("no bias " + label, out_nb, want_nb);
+        }
+        // Some outputs are clamped, some are not: the ReLU did something.
+        const std::vector<double> v = out.to_vector<double>();
+        CHECK(std::count(v.begin(), v.end(), 0.0) > 0);
+        CHECK(std::count_if(v.begin(), v.end(), [](double e) { return e > 0; }) > 0);
+      }
+  Tensor x = sample({4, 6}, DType::f32, 44), w = sample({3, 5}, DType::f32, 45);
+  Tensor out = Tensor::zeros({4, 3}, DType::f32);
+  CHECK_THROWS_WITH_AS(cpu_linear_relu(x, w, nullptr, out), doctest::Contains("linear_relu"), Error);
+}
+
+TEST_CASE("thread pool: every task runs once, nested regions run serially, bad counts fail") {
+  KernelScope scope;
+  for (int threads : {1, 2, 4}) {
+    cpu::set_num_threads(threads);
+    CHECK(cpu::num_threads() == threads);
+    for (int64_t tasks : {0, 1, 7, 1000}) {
+      std::vector<std::atomic<int>> hits(size_t(tasks) + 1);
+      cpu::parallel_tasks(tasks, [&](int64_t t) {
+        hits[size_t(t)].fetch_add(1);
+        // A region inside a task: serial, still complete.
+        cpu::parallel_tasks(3, [&](int64_t) { hits[size_t(tasks)].fetch_add(1); });
+      });
+      for (int64_t t = 0; t < tasks; ++t) CHECK(hits[size_t(t)].load() == 1);
+      CHECK(hits[size_t(tasks)].load() == 3 * tasks);
+    }
+    std::vector<int> covered(100003, 0);
+    cpu::parallel_for(int64_t(covered.size()), 1000, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) covered[size_t(i)] += 1;
+    });
+    CHECK(std::count(covered.begin(), covered.end(), 1) == int64_t(covered.size()));
+  }
+  CHECK_THROWS_WITH_AS(cpu::set_num_threads(0), doctest::Contains("set_num_threads"), Error);
 }

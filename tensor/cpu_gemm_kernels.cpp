@@ -1,0 +1,154 @@
+// The GEMM kernel sets of tensor/cpu_gemm.h: tensor/cpu_gemm_tiles.inc compiled
+// for AVX-512, for AVX2 + FMA and for the compiler's baseline, each in its own
+// namespace under `#pragma GCC target`, and the choice among them at run time.
+// The library is built for the baseline: only these functions use wider sets,
+// and only on a CPU that has them.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "tensor/cpu_gemm.h"
+#include "tensor/cpu_threads.h"
+#include "tensor/error.h"
+
+namespace volt::cpu {
+
+namespace {
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define VOLT_GEMM_X86 1
+#endif
+
+namespace generic {
+#include "tensor/cpu_gemm_tiles.inc"
+const GemmKernels<float> f32 = {8, 32, packed_tile_loops<float, 8, 32>, skinny<float>};
+const GemmKernels<double> f64 = {8, 16, packed_tile_loops<double, 8, 16>, skinny<double>};
+}  // namespace generic
+
+#ifdef VOLT_GEMM_X86
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+#include "tensor/cpu_gemm_tiles.inc"
+struct Ops {
+  static __m256 zero() { return _mm256_setzero_ps(); }
+  static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, __m256 x) { _mm256_storeu_ps(p, x); }
+  static __m256 broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static __m256 fma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+  static __m256 add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+  // max(x, 0) gives 0 for NaN and -0, as where(x > 0, x, 0) does.
+  static __m256 relu(__m256 x) { return _mm256_max_ps(x, _mm256_setzero_ps()); }
+};
+// 6 x 16: 12 accumulators of the 16 registers.
+const GemmKernels<float> f32 = {6, 16, packed_tile_vec<__m256, 8, 6, 2, Ops>, skinny<float>};
+const GemmKernels<double> f64 = {6, 8, packed_tile_loops<double, 6, 8>, skinny<double>};
+}  // namespace avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")
+namespace avx512 {
+#include "tensor/cpu_gemm_tiles.inc"
+struct Ops {
+  static __m512 zero() { return _mm512_setzero_ps(); }
+  static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, __m512 x) { _mm512_storeu_ps(p, x); }
+  static __m512 broadcast(const float* p) { return _mm512_set1_ps(*p); }
+  static __m512 fma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+  static __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+  static __m512 relu(__m512 x) { return _mm512_max_ps(x, _mm512_setzero_ps()); }
+};
+// 12 x 32: 24 accumulators of the 32 registers.
+const GemmKernels<float> f32 = {12, 32, packed_tile_vec<__m512, 16, 12, 2, Ops>, skinny<float>};
+const GemmKernels<double> f64 = {8, 16, packed_tile_loops<double, 8, 16>, skinny<double>};
+}  // namespace avx512
+#pragma GCC pop_options
+
+#endif  // VOLT_GEMM_X86
+
+Isa parse_isa(const std::string& s) {
+  if (s == "avx512") return Isa::avx512;
+  if (s == "avx2") return Isa::avx2;
+  if (s == "generic") return Isa::generic;
+  VOLT_FAIL("VOLT_CPU_ISA", "expects avx512, avx2 or generic, got '" + s + "'");
+  return Isa::generic;
+}
+
+Isa best_isa() {
+  if (isa_supported(Isa::avx512)) return Isa::avx512;
+  if (isa_supported(Isa::avx2)) return Isa::avx2;
+  return Isa::generic;
+}
+
+Isa& current() {
+  static Isa isa = [] {
+    const char* env = std::getenv("VOLT_CPU_ISA");
+    if (!env || !*env) return best_isa();
+    const Isa want = parse_isa(env);
+    VOLT_CHECK(isa_supported(want), "VOLT_CPU_ISA",
+               std::string("asks for ") + env + ", which this CPU does not have");
+    return want;
+  }();
+  return isa;
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::avx512: return "avx512";
+    case Isa::avx2: return "avx2";
+    default: return "generic";
+  }
+}
+
+bool isa_supported(Isa isa) {
+#ifdef VOLT_GEMM_X86
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  switch (isa) {
+    case Isa::avx512:
+      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+    case Isa::avx2: return avx2;
+    default: return true;
+  }
+#else
+  return isa == Isa::generic;
+#endif
+}
+
+Isa isa() { return current(); }
+
+void set_isa(Isa isa) {
+  VOLT_CHECK(isa_supported(isa), "set_isa", std::string("this CPU has no ") + isa_name(isa));
+  current() = isa;
+}
+
+const GemmKernels<float>& gemm_kernels_f32() {
+  switch (current()) {
+#ifdef VOLT_GEMM_X86
+    case Isa::avx512: return avx512::f32;
+    case Isa::avx2: return avx2::f32;
+#endif
+    default: return generic::f32;
+  }
+}
+
+const GemmKernels<double>& gemm_kernels_f64() {
+  switch (current()) {
+#ifdef VOLT_GEMM_X86
+    case Isa::avx512: return avx512::f64;
+    case Isa::avx2: return avx2::f64;
+#endif
+    default: return generic::f64;
+  }
+}
+
+}  // namespace volt::cpu
