@@ -9,6 +9,7 @@ command -v g++ >/dev/null || need+=(g++)
 [ -f /usr/include/eigen3/Eigen/Core ] || need+=(libeigen3-dev)
 [ -f /usr/include/doctest/doctest.h ] || need+=(doctest-dev)
 [ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
+[ -f /usr/include/xxhash.h ] || need+=(libxxhash-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "volt: installing ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -8,6 +8,7 @@
 #include "autograd/node.h"
 #include "jit/fusion.h"
 #include "jit/grad.h"
+#include "jit/kernel_cache.h"
 #include "jit/passes.h"
 #include "jit/tracer.h"
 #include "tensor/ops.h"
@@ -59,8 +60,9 @@ std::string JitFunction::key_for(const std::vector<Tensor>& args, size_t n_prima
 
 // The fields of key_for, mixed into 64 bits without building a string.
 uint64_t JitFunction::hash_for(const std::vector<Tensor>& args, size_t n_primals) const {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  std::vector<uint64_t> fields;
+  fields.reserve(8 * (args.size() + captured_.size()) + 4);
+  auto mix = [&fields](uint64_t v) { fields.push_back(v); };
   auto add = [&](const Tensor& t) {
     mix(t.sizes().size());
     for (int64_t d : t.sizes()) mix(static_cast<uint64_t>(d));
@@ -75,7 +77,8 @@ uint64_t JitFunction::hash_for(const std::vector<Tensor>& args, size_t n_primals
   mix(training_ ? training_() : false);
   mix(grad_enabled());
   mix(n_primals);
-  return h;  // the executors are fixed per JitFunction
+  // The executors are fixed per JitFunction.
+  return hash_bytes(fields.data(), fields.size() * sizeof(uint64_t));
 }
 
 static std::string first_difference(const std::string& a, const std::string& b) {
