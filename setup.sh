@@ -11,6 +11,7 @@ command -v g++ >/dev/null || need+=(g++)
 [ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
 [ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
+[ -f /usr/include/xxhash.h ] || need+=(libxxhash-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "volt: installing ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

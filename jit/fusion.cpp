@@ -1,18 +1,14 @@
 #include "jit/fusion.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
+#include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <mutex>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "jit/kernel_cache.h"
 #include "jit/passes.h"
 #include "tensor/identifiers.h"
 #include "volt/philox_source.h"
@@ -102,64 +98,13 @@ std::string generate_body(const BoundSymbol& f, const ProxyNames& names, const S
 // Host-side definitions of the two macros; a GPU build defines them for CUDA.
 const char* kHostPrelude = R"volt(#include <cmath>
 using std::exp; using std::log; using std::sqrt; using std::tanh; using std::pow;
-#define VOLT_KERNEL(name) extern "C" void name(long long n, void* const* args, \
+#define VOLT_PASTE2(a, b) a##b
+#define VOLT_PASTE(a, b) VOLT_PASTE2(a, b)
+#define VOLT_KERNEL(name) extern "C" void VOLT_PASTE(name, VOLT_KEY)(long long n, void* const* args, \
     unsigned long long rng_seed, unsigned long long rng_offset)
 #define VOLT_LOOP(i, n) (void)rng_seed; (void)rng_offset; \
     _Pragma("omp parallel for simd if (n > 65536)") for (long long i = 0; i < n; ++i)
 )volt";
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-std::string compiler() {
-  if (const char* e = std::getenv("VOLT_CXX")) return e;
-#ifdef VOLT_CXX_COMPILER
-  return VOLT_CXX_COMPILER;
-#else
-  return "c++";
-#endif
-}
-
-// What else decides the bytes of a compiled kernel besides its source and
-// flags: the compiler itself (its resolved file, size and date, looked at on
-// every compile, so that an upgrade builds afresh) and, because of
-// -march=native, this machine's CPU (its model and feature flags, read once,
-// so that a cache shared between machines never loads code for another CPU).
-std::string toolchain_identity(const std::string& cxx) {
-  namespace fs = std::filesystem;
-  static const std::string cpu = [] {
-    std::string id;
-    std::ifstream cpuinfo("/proc/cpuinfo");
-    bool model = false, flags = false;
-    for (std::string line; (!model || !flags) && std::getline(cpuinfo, line);) {
-      if (!model && line.rfind("model name", 0) == 0) id += "|" + line, model = true;
-      if (!flags && line.rfind("flags", 0) == 0) id += "|" + line, flags = true;
-    }
-    return id;
-  }();
-  std::string id = cxx;
-  fs::path path = cxx;
-  if (!path.has_parent_path())
-    if (const char* env_path = std::getenv("PATH")) {
-      std::istringstream dirs(env_path);
-      for (std::string d; std::getline(dirs, d, ':');)
-        if (!d.empty() && fs::exists(fs::path(d) / cxx)) {
-          path = fs::path(d) / cxx;
-          break;
-        }
-    }
-  std::error_code ec;
-  fs::path real = fs::canonical(path, ec);
-  if (!ec) {
-    auto size = fs::file_size(real, ec);
-    auto when = fs::last_write_time(real, ec).time_since_epoch().count();
-    id += "|" + real.string() + "|" + std::to_string(size) + "|" + std::to_string(when);
-  }
-  return id + cpu;
-}
 
 }  // namespace
 
@@ -317,64 +262,27 @@ bool compile_fusions(Trace& t) {
 
 bool CpuFusionExecutor::compile(Trace& t) const {
   std::string body;
+  std::vector<std::string> names;
   for (const BoundSymbol& b : t.bsyms)
-    if (b.kernel && b.executor == this) body += b.kernel->source + "\n";
+    if (b.kernel && b.executor == this) {
+      body += b.kernel->source + "\n";
+      names.push_back(b.kernel->name);
+    }
   if (body.empty()) return true;
-  const std::string flags = "-O3 -march=native -ffp-contract=off -fno-math-errno -fopenmp -shared -fPIC";
-  std::string source = std::string(kHostPrelude) + "#define VOLT_HD\n" + kPhiloxSource + "\n" + body;
-  std::string cxx = compiler();
-  std::ostringstream key;
-  key << std::hex << fnv1a(source + toolchain_identity(cxx) + flags + VOLT_VERSION);
-
-  static std::mutex mutex;
-  static std::unordered_map<std::string, void*> loaded;  // in-memory cache: one dlopen per library
-  static bool warned = false;
-  std::lock_guard<std::mutex> lock(mutex);
-  void* handle = nullptr;
-  if (auto it = loaded.find(key.str()); it != loaded.end()) {
-    handle = it->second;
-  } else {
-    namespace fs = std::filesystem;
-    const char* home = std::getenv("HOME");
-    fs::path dir = std::getenv("VOLT_KERNEL_CACHE") ? fs::path(std::getenv("VOLT_KERNEL_CACHE"))
-                                                    : fs::path(home ? home : "/tmp") / ".cache/volt/kernels";
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    fs::path so = dir / ("cpu_" + key.str() + ".so");
-    if (!fs::exists(so)) {
-      fs::path src = dir / ("cpu_" + key.str() + ".cpp");
-      std::ofstream(src) << source;
-      // Built under a temporary name and renamed, so a concurrent reader never sees half a file.
-      fs::path tmp = so;
-      tmp += ".tmp" + std::to_string(::getpid());
-      std::string cmd = cxx + " " + flags + " -o " + tmp.string() + " " + src.string() + " 2>&1";
-      std::string log;
-      if (FILE* p = ::popen(cmd.c_str(), "r")) {
-        char buf[512];
-        while (std::fgets(buf, sizeof buf, p)) log += buf;
-        int rc = ::pclose(p);
-        if (rc == 0) fs::rename(tmp, so, ec);
-      }
-      if (!fs::exists(so)) {
-        if (!warned) {
-          std::cerr << "volt: warning: the host C++ compiler '" << cxx
-                    << "' could not build fused kernels; running them prim by prim instead.\n"
-                    << log;
-          warned = true;
-        }
-        return false;
-      }
-    }
-    handle = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-      if (!warned) std::cerr << "volt: warning: cannot load " << so << ": " << ::dlerror() << "\n";
-      warned = true;
-      return false;
-    }
-    loaded[key.str()] = handle;
+  const std::string source = std::string(kHostPrelude) + "#define VOLT_HD\n" + kPhiloxSource + "\n" + body;
+  std::string error;
+  std::vector<void*> fns = load_host_kernels(source, names, &error);
+  if (fns.empty()) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true))
+      std::cerr << "volt: warning: the host C++ compiler could not build fused kernels; running them prim by "
+                   "prim instead.\n"
+                << error;
+    return false;
   }
+  size_t k = 0;
   for (BoundSymbol& b : t.bsyms)
-    if (b.kernel && b.executor == this) b.kernel->fn = reinterpret_cast<KernelFn>(::dlsym(handle, b.kernel->name.c_str()));
+    if (b.kernel && b.executor == this) b.kernel->fn = reinterpret_cast<KernelFn>(fns[k++]);
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include "autograd/node.h"
 #include "jit/fusion.h"
 #include "jit/grad.h"
+#include "jit/kernel_cache.h"
 #include "jit/passes.h"
 #include "jit/tracer.h"
 #include "tensor/ops.h"
@@ -43,7 +44,7 @@ JitFunction JitFunction::transformed(CallTransform t) const {
 // Everything a trace depends on besides values: metadata of every input and
 // parameter (contiguous or not, since an executor's checker may ask), the
 // training flag, grad mode, the executors.
-std::string JitFunction::key_for(const std::vector<Tensor>& args) const {
+std::string JitFunction::key_for(const std::vector<Tensor>& args, size_t n_primals) const {
   std::ostringstream os;
   auto add = [&](const char* what, size_t i, const Tensor& t) {
     os << what << i << "=" << t.meta_str() << (t.is_contiguous() ? "" : ",strided")
@@ -51,16 +52,17 @@ std::string JitFunction::key_for(const std::vector<Tensor>& args) const {
   };
   for (size_t i = 0; i < args.size(); ++i) add("input", i, args[i]);
   for (size_t i = 0; i < captured_.size(); ++i) add("param", i, captured_[i]);
-  if (transform_ == CallTransform::Vjp) os << "primals=" << vjp_primals_ << ";";
+  if (transform_ == CallTransform::Vjp) os << "primals=" << n_primals << ";";
   os << "training=" << (training_ ? training_() : false) << ";grad_mode=" << grad_enabled() << ";executors=";
   for (const Executor* e : executors_) os << e->name() << ",";
   return os.str();
 }
 
 // The fields of key_for, mixed into 64 bits without building a string.
-uint64_t JitFunction::hash_for(const std::vector<Tensor>& args) const {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+uint64_t JitFunction::hash_for(const std::vector<Tensor>& args, size_t n_primals) const {
+  std::vector<uint64_t> fields;
+  fields.reserve(8 * (args.size() + captured_.size()) + 4);
+  auto mix = [&fields](uint64_t v) { fields.push_back(v); };
   auto add = [&](const Tensor& t) {
     mix(t.sizes().size());
     for (int64_t d : t.sizes()) mix(static_cast<uint64_t>(d));
@@ -74,8 +76,9 @@ uint64_t JitFunction::hash_for(const std::vector<Tensor>& args) const {
   for (const Tensor& t : captured_) add(t);
   mix(training_ ? training_() : false);
   mix(grad_enabled());
-  mix(vjp_primals_);
-  return h;  // the executors are fixed per JitFunction
+  mix(n_primals);
+  // The executors are fixed per JitFunction.
+  return hash_bytes(fields.data(), fields.size() * sizeof(uint64_t));
 }
 
 static std::string first_difference(const std::string& a, const std::string& b) {
@@ -124,11 +127,10 @@ void finish(std::vector<Trace>& list, std::vector<Executor*>& executors, ProxyNa
 
 }  // namespace
 
-std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tensor>& args) {
+std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tensor>& args, size_t n_primals) {
   auto t0 = Clock::now();
   Fn traced = fn_;
   std::vector<std::string> input_names = input_names_;
-  const size_t n_primals = transform_ == CallTransform::Vjp ? vjp_primals_ : args.size();
   if (transform_ == CallTransform::Vjp) {
     // The cotangents are inputs of the program but not of the function.
     traced = [fn = fn_, n_primals](const std::vector<Tensor>& in) {
@@ -227,76 +229,103 @@ std::vector<Tensor> JitFunction::operator()(const std::vector<Tensor>& primals,
              "a call with primals and cotangents is for vjp(f); call this function with its arguments");
   std::vector<Tensor> args = primals;
   args.insert(args.end(), cotangents.begin(), cotangents.end());
-  vjp_primals_ = primals.size();
-  return call(args);
+  return call(args, primals.size());
 }
 
 std::vector<Tensor> JitFunction::operator()(const std::vector<Tensor>& args) {
   VOLT_CHECK(transform_ != CallTransform::Vjp, "vjp",
              "call vjp(f) with two lists, (primals, cotangents), not one");
-  return call(args);
+  return call(args, args.size());
 }
 
-std::vector<Tensor> JitFunction::call(const std::vector<Tensor>& args) {
+std::shared_ptr<JitFunction::Entry> JitFunction::lookup(uint64_t hash, const std::string& key,
+                                                        const std::vector<Tensor>& inputs,
+                                                        std::string* guard_failure) {
+  // The candidates are copied out under the lock; guards run without it
+  // (they run ops), on entries that are never changed once stored.
+  std::vector<std::shared_ptr<Entry>> candidates;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    auto it = state_->cache.find(hash);
+    if (it == state_->cache.end()) return nullptr;
+    // Almost always one bucket; the readable key tells colliding hashes apart.
+    for (const Bucket& b : it->second)
+      if (b.key == key) candidates = b.entries;
+  }
+  for (const std::shared_ptr<Entry>& e : candidates)
+    if (e->guards.empty() || guards_hold(*e, inputs, guard_failure)) return e;
+  return nullptr;
+}
+
+std::vector<Tensor> JitFunction::call(const std::vector<Tensor>& args, size_t n_primals) {
   std::vector<Tensor> inputs = captured_;
   inputs.insert(inputs.end(), args.begin(), args.end());
-  const uint64_t hash = hash_for(args);
-  std::shared_ptr<Entry> found;
+  const bool caching = options_.cache != CacheMode::None;
+  const uint64_t hash = hash_for(args, n_primals);
+  const std::string key = key_for(args, n_primals);
   std::string guard_failure;
-  Bucket* bucket = nullptr;
-  std::string key;
-  if (options_.cache != CacheMode::None)
-    if (auto it = cache_.find(hash); it != cache_.end()) {
-      // Almost always one bucket; the readable key tells colliding hashes apart.
-      if (it->second.size() == 1 && last_ && last_hash_ == hash) {
-        bucket = &it->second.front();
-      } else {
-        key = key_for(args);
-        for (Bucket& b : it->second)
+  std::shared_ptr<Entry> entry = caching ? lookup(hash, key, inputs, &guard_failure) : nullptr;
+  if (!entry) {
+    // One compile at a time; a thread that waited here finds what the one
+    // before it stored, so each key and guard outcome is compiled once.
+    std::lock_guard<std::mutex> compiling(state_->compile_mutex);
+    if (caching) entry = lookup(hash, key, inputs, &guard_failure);
+    if (!entry) {
+      std::string reason;
+      {
+        std::lock_guard<std::mutex> lock(state_->mutex);
+        if (!caching) reason = "caching is off";
+        else if (!guard_failure.empty()) reason = guard_failure;
+        else reason = state_->last_key.empty() ? "first call" : first_difference(state_->last_key, key);
+        state_->miss_reason = reason;
+      }
+      const int64_t misses = ++state_->misses;
+      static const bool log = [] {
+        const char* e = std::getenv("VOLT_JIT_LOG");
+        return e && std::string(e).find("recompile") != std::string::npos;
+      }();
+      if (log) std::cerr << "volt.jit: compiling (" << reason << ")\n";
+      if (misses == 9 && caching)
+        std::cerr << "volt.jit: warning: this function was compiled 9 times; inputs whose shapes, "
+                     "dtypes or requires_grad keep changing defeat the cache (last change: "
+                  << reason << ")\n";
+      entry = compile(args, n_primals);
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      if (caching) {
+        std::vector<Bucket>& buckets = state_->cache[hash];
+        Bucket* bucket = nullptr;
+        for (Bucket& b : buckets)
           if (b.key == key) bucket = &b;
+        if (!bucket) bucket = &buckets.emplace_back(Bucket{key, {}});
+        bucket->entries.push_back(entry);
       }
-      if (bucket)
-        for (const std::shared_ptr<Entry>& e : bucket->entries)
-          if (e->guards.empty() || guards_hold(*e, inputs, &guard_failure)) {
-            found = e;
-            break;
-          }
+      state_->last_key = key;
+      state_->last = entry;
+    } else {
+      ++state_->hits;
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      state_->last = entry;
     }
-  if (found) {
-    ++hits_;
-    last_ = found;
   } else {
-    if (key.empty()) key = key_for(args);
-    ++misses_;
-    if (options_.cache == CacheMode::None) miss_reason_ = "caching is off";
-    else if (!guard_failure.empty()) miss_reason_ = guard_failure;
-    else miss_reason_ = last_key_.empty() ? "first call" : first_difference(last_key_, key);
-    static const bool log = [] {
-      const char* e = std::getenv("VOLT_JIT_LOG");
-      return e && std::string(e).find("recompile") != std::string::npos;
-    }();
-    if (log) std::cerr << "volt.jit: compiling (" << miss_reason_ << ")\n";
-    if (misses_ == 9 && options_.cache != CacheMode::None)
-      std::cerr << "volt.jit: warning: this function was compiled 9 times; inputs whose shapes, "
-                   "dtypes or requires_grad keep changing defeat the cache (last change: "
-                << miss_reason_ << ")\n";
-    last_ = compile(args);
-    if (options_.cache != CacheMode::None) {
-      if (!bucket) {
-        cache_[hash].push_back({key, {}});
-        bucket = &cache_[hash].back();
-      }
-      bucket->entries.push_back(last_);
-    }
-    last_key_ = key;
+    ++state_->hits;
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->last = entry;
   }
-  last_hash_ = hash;
-  if (!last_->backward_traces.empty()) return run_with_grad(last_, inputs);
+  // From here on only `entry`, the one this call looked up or made, is used.
+  if (!entry->backward_traces.empty()) return run_with_grad(entry, inputs);
   if (transform_ != CallTransform::None) {
     NoGradGuard no_grad;
-    return interpret(last_->traces.back(), inputs);
+    return interpret(entry->traces.back(), inputs);
   }
-  return interpret(last_->traces.back(), inputs);
+  return interpret(entry->traces.back(), inputs);
+}
+
+size_t JitFunction::cache_entries() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  size_t n = 0;
+  for (const auto& [hash, buckets] : state_->cache)
+    for (const Bucket& b : buckets) n += b.entries.size();
+  return n;
 }
 
 namespace {
@@ -347,8 +376,13 @@ std::vector<Tensor> JitFunction::run_with_grad(const std::shared_ptr<Entry>& e,
 
 JitFunction::CompileStats JitFunction::compile_stats() const {
   CompileStats st;
-  if (!last_) return st;
-  for (const std::vector<Trace>* list : {&last_->traces, &last_->backward_traces})
+  std::shared_ptr<Entry> last;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    last = state_->last;
+  }
+  if (!last) return st;
+  for (const std::vector<Trace>* list : {&last->traces, &last->backward_traces})
     for (const Trace& t : *list) {
       st.passes.push_back({t.name + ": " + t.provenance, t.millis});
       st.total_ms += t.millis;
@@ -359,12 +393,14 @@ JitFunction::CompileStats JitFunction::compile_stats() const {
 
 const std::vector<Trace>& JitFunction::last_backward_traces() const {
   static const std::vector<Trace> none;
-  return last_ ? last_->backward_traces : none;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->last ? state_->last->backward_traces : none;
 }
 
 const std::vector<Trace>& JitFunction::last_traces() const {
   static const std::vector<Trace> none;
-  return last_ ? last_->traces : none;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->last ? state_->last->traces : none;
 }
 
 }  // namespace volt::jit

@@ -8,9 +8,22 @@
 // an augmented forward and a backward trace; loss.backward() runs the backward
 // trace and accumulates into the shared parameters' .grad.  Both run on the
 // eager executor (every prim through the eager kernels).
+//
+// Threads: one JitFunction may be called from several threads at once.  A
+// call looks its entry up under a lock, compiles (one compile at a time per
+// function; a thread that waited re-checks the cache first, so one key is
+// compiled once) and then runs, without the lock, the entry it found or made,
+// whatever other threads store meanwhile.  cache_hits() + cache_misses() is
+// the number of calls.  last_traces(), last_backward_traces(),
+// last_miss_reason() and compile_stats() describe the most recent lookup of
+// any thread; read them when no other thread is calling.  Gradients that
+// several threads' backward() accumulate into shared parameters race as they
+// do in eager mode.
 #pragma once
+#include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -54,10 +67,12 @@ class JitFunction {
   const std::vector<Trace>& last_traces() const;
   // The backward traces of the last call (empty when it needed no gradient).
   const std::vector<Trace>& last_backward_traces() const;
-  int64_t cache_hits() const { return hits_; }
-  int64_t cache_misses() const { return misses_; }
+  int64_t cache_hits() const { return state_->hits; }
+  int64_t cache_misses() const { return state_->misses; }
   // Why the last miss happened ("first call", or the field that differed).
-  const std::string& last_miss_reason() const { return miss_reason_; }
+  const std::string& last_miss_reason() const { return state_->miss_reason; }
+  // How many entries the cache holds (every metadata key and guard outcome).
+  size_t cache_entries() const;
 
   struct CompileStats {
     std::vector<std::pair<std::string, double>> passes;  // pass name, milliseconds
@@ -76,11 +91,15 @@ class JitFunction {
     std::vector<int> grad_input_index;   // backward output k is the grad of input grad_input_index[k]
     size_t num_outputs = 0;
   };
-  std::vector<Tensor> call(const std::vector<Tensor>& args);
+  // n_primals: for vjp, how many of args are primals (the rest are cotangents).
+  std::vector<Tensor> call(const std::vector<Tensor>& args, size_t n_primals);
   std::vector<Tensor> run_with_grad(const std::shared_ptr<Entry>& e, const std::vector<Tensor>& inputs);
-  std::string key_for(const std::vector<Tensor>& args) const;  // readable, for miss reasons
-  uint64_t hash_for(const std::vector<Tensor>& args) const;     // the same fields, hashed: the lookup
-  std::shared_ptr<Entry> compile(const std::vector<Tensor>& args);
+  std::string key_for(const std::vector<Tensor>& args, size_t n_primals) const;  // readable, for miss reasons
+  uint64_t hash_for(const std::vector<Tensor>& args, size_t n_primals) const;     // the same fields, hashed
+  std::shared_ptr<Entry> compile(const std::vector<Tensor>& args, size_t n_primals);
+  // The first entry of this key whose guards hold, or null; locks state_->mutex itself.
+  std::shared_ptr<Entry> lookup(uint64_t hash, const std::string& key, const std::vector<Tensor>& inputs,
+                                std::string* guard_failure);
   bool guards_hold(const Entry& e, const std::vector<Tensor>& inputs, std::string* why) const;
 
   Fn fn_;
@@ -91,17 +110,22 @@ class JitFunction {
   JitOptions options_;
   std::vector<Executor*> executors_;  // the user's, then the built-in ones
   CallTransform transform_ = CallTransform::None;
-  size_t vjp_primals_ = 0;  // vjp: how many of a call's arguments are primals
   // Entries with the same metadata differ by their guards.
   struct Bucket {
     std::string key;  // hashes can collide: the readable key confirms a hit
     std::vector<std::shared_ptr<Entry>> entries;
   };
-  std::unordered_map<uint64_t, std::vector<Bucket>> cache_;
-  std::shared_ptr<Entry> last_;
-  std::string last_key_, miss_reason_;  // last_key_: of the last compile
-  uint64_t last_hash_ = 0;
-  int64_t hits_ = 0, misses_ = 0;
+  // The cache and counters, shared by copies of this JitFunction (transformed()
+  // starts a fresh one).  `mutex` guards cache, last, last_key and
+  // miss_reason; `compile_mutex` lets one compile run at a time.
+  struct State {
+    std::mutex mutex, compile_mutex;
+    std::unordered_map<uint64_t, std::vector<Bucket>> cache;
+    std::shared_ptr<Entry> last;
+    std::string last_key, miss_reason;  // last_key: of the last compile
+    std::atomic<int64_t> hits{0}, misses{0};
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
 };
 
 // Parameter names as traces print them: "0.weight" -> "_0_weight".

@@ -23,6 +23,7 @@
 
 #include "jit/executor.h"
 #include "jit/fusion.h"
+#include "jit/kernel_cache.h"
 #include "jit/passes.h"
 #include "jit/tracer.h"
 #include "tensor/backend.h"
@@ -370,11 +371,6 @@ Graph build_graph(std::vector<ValuePtr> roots) {
   return std::move(b.g);
 }
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 // The graph as a jit trace on the backend device: leaves are inputs d0, d1, ...,
 // runtime scalars inputs s0, s1, ..., every node one prim.
@@ -833,7 +829,7 @@ static std::vector<ValuePtr> values_for_hash(const std::vector<Tensor>& tensors)
 }
 
 uint64_t graph_hash(const std::vector<Tensor>& tensors) {
-  return fnv1a(build_graph(values_for_hash(tensors)).key);
+  return jit::hash_string(build_graph(values_for_hash(tensors)).key);
 }
 
 std::string dump(const Tensor& t) {

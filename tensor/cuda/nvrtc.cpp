@@ -11,6 +11,8 @@
 #include <sstream>
 #include <unordered_map>
 
+#include <xxhash.h>
+
 #include "tensor/cuda/runtime.h"
 #include "volt/philox_source.h"
 
@@ -49,11 +51,7 @@ __device__ inline void volt_offsets(const volt_index& ix, long long i, long long
 }
 )volt";
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
+uint64_t hash_text(const std::string& s) { return XXH3_64bits(s.data(), s.size()); }
 
 std::filesystem::path cache_dir() {
   namespace fs = std::filesystem;
@@ -153,7 +151,7 @@ cudaKernel_t get_kernel(const std::string& source, const std::string& name, int 
   const bool sass = nvrtc_knows(cc);
   const std::string arch = (sass ? "sm_" : "compute_") + std::to_string(cc);
   std::ostringstream key;
-  key << std::hex << fnv1a(source) << "_" << arch << "_" << fnv1a(nvrtc_version() + " volt " VOLT_VERSION);
+  key << std::hex << hash_text(source) << "_" << arch << "_" << hash_text(nvrtc_version() + " volt " VOLT_VERSION);
 
   std::lock_guard<std::mutex> lock(g_mutex);
   cudaLibrary_t lib = nullptr;

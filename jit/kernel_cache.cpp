@@ -1,0 +1,314 @@
+#include "jit/kernel_cache.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include <xxhash.h>
+
+extern char** environ;
+
+namespace volt::jit {
+
+namespace fs = std::filesystem;
+
+uint64_t hash_bytes(const void* data, size_t size, uint64_t seed) { return XXH3_64bits_withSeed(data, size, seed); }
+
+namespace {
+
+const char* kMagic = "volt kernel cache 1";
+const std::vector<std::string> kFlags = {"-O3",       "-march=native", "-ffp-contract=off", "-fno-math-errno",
+                                         "-fopenmp",  "-shared",       "-fPIC"};
+
+std::string compiler() {
+  if (const char* e = std::getenv("VOLT_CXX")) return e;
+#ifdef VOLT_CXX_COMPILER
+  return VOLT_CXX_COMPILER;
+#else
+  return "c++";
+#endif
+}
+
+// What else decides the bytes of a compiled kernel besides its source and
+// flags: the compiler itself (its resolved file, size and date, looked at on
+// every compile, so that an upgrade builds afresh) and, because of
+// -march=native, this machine's CPU (its model and feature flags, read once,
+// so that a cache shared between machines never loads code for another CPU).
+std::string toolchain_identity(const std::string& cxx) {
+  static const std::string cpu = [] {
+    std::string id;
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    bool model = false, flags = false;
+    for (std::string line; (!model || !flags) && std::getline(cpuinfo, line);) {
+      if (!model && line.rfind("model name", 0) == 0) id += "cpu: " + line + "\n", model = true;
+      if (!flags && line.rfind("flags", 0) == 0) id += "cpu: " + line + "\n", flags = true;
+    }
+    return id;
+  }();
+  std::string id = "compiler: " + cxx + "\n";
+  fs::path path = cxx;
+  if (!path.has_parent_path())
+    if (const char* env_path = std::getenv("PATH")) {
+      std::istringstream dirs(env_path);
+      for (std::string d; std::getline(dirs, d, ':');)
+        if (!d.empty() && fs::exists(fs::path(d) / cxx)) {
+          path = fs::path(d) / cxx;
+          break;
+        }
+    }
+  std::error_code ec;
+  fs::path real = fs::canonical(path, ec);
+  if (!ec) {
+    auto size = fs::file_size(real, ec);
+    auto when = fs::last_write_time(real, ec).time_since_epoch().count();
+    id += "compiler file: " + real.string() + " " + std::to_string(size) + " bytes, modified " +
+          std::to_string(when) + "\n";
+  }
+  return id + cpu;
+}
+
+std::string hex128(const std::string& s) {
+  XXH128_hash_t h = XXH3_128bits(s.data(), s.size());
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64));
+  return buf;
+}
+
+bool read_file(const fs::path& p, std::string* out) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) return false;
+  out->assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  return !f.bad();
+}
+
+// Whether files can be made in `dir` (creating it if needed); `why` says why not.
+bool writable_dir(const fs::path& dir, std::string* why) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    *why = ec.message();
+    return false;
+  }
+  fs::path probe = dir / (".probe" + std::to_string(::getpid()));
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) {
+    *why = std::strerror(errno);
+    return false;
+  }
+  ::close(fd);
+  fs::remove(probe, ec);
+  return true;
+}
+
+std::mutex g_mutex;  // guards everything below and serialises compiles
+
+fs::path resolve_dir() {
+  const char* home = std::getenv("HOME");
+  const char* env = std::getenv("VOLT_KERNEL_CACHE");
+  fs::path dir = env && *env ? fs::path(env) : fs::path(home && *home ? home : "/tmp") / ".cache/volt/kernels";
+  std::string why;
+  if (writable_dir(dir, &why)) return dir;
+  fs::path fallback = fs::temp_directory_path() / ("volt-kernels-" + std::to_string(::getuid()));
+  static std::set<std::string> told;  // one message per directory
+  if (told.insert(dir.string()).second)
+    std::cerr << "volt: the kernel cache directory " << dir << " cannot be written (" << why << "); using "
+              << fallback << " instead (set VOLT_KERNEL_CACHE to choose another)\n";
+  return fallback;
+}
+
+// Runs the compiler on `src`, writing `out`; its messages go to `log`.  No shell.
+bool run_compiler(const std::string& cxx, const fs::path& src, const fs::path& out, const fs::path& log,
+                  std::string* output) {
+  std::vector<std::string> args{cxx};
+  args.insert(args.end(), kFlags.begin(), kFlags.end());
+  args.insert(args.end(), {"-o", out.string(), src.string()});
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = 0;
+  int rc = posix_spawnp(&pid, cxx.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    *output = "cannot start '" + cxx + "': " + std::strerror(rc) + "\n";
+    return false;
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  read_file(log, output);
+  std::error_code ec;
+  fs::remove(log, ec);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+std::string key_file_text(const std::string& library_bytes, const std::string& key) {
+  std::ostringstream os;
+  os << kMagic << "\nsize " << library_bytes.size() << "\nxxh3 " << std::hex
+     << hash_bytes(library_bytes.data(), library_bytes.size()) << std::dec << "\nkey " << key.size() << "\n"
+     << key;
+  return os.str();
+}
+
+// Builds the entry for `key` at `library` (and its .key file).  Both files are
+// written under temporary names and renamed, so no reader sees half a file.
+bool build(const std::string& cxx, const std::string& source, const std::string& key, const fs::path& library,
+           std::string* error) {
+  const std::string tag = ".tmp" + std::to_string(::getpid());
+  fs::path src = library, tmp = library, meta = library, meta_tmp = library, log = library;
+  src.replace_extension(".cpp");
+  tmp += tag;
+  meta.replace_extension(".key");
+  meta_tmp = meta;
+  meta_tmp += tag;
+  log.replace_extension(".log" + tag);
+  {
+    std::ofstream f(src, std::ios::binary);
+    f << source;
+    if (!f) {
+      *error = "cannot write " + src.string() + "\n";
+      return false;
+    }
+  }
+  if (!run_compiler(cxx, src, tmp, log, error)) return false;
+  std::string bytes;
+  if (!read_file(tmp, &bytes)) {
+    *error = "the compiler wrote no library at " + tmp.string() + "\n";
+    return false;
+  }
+  {
+    std::ofstream f(meta_tmp, std::ios::binary);
+    f << key_file_text(bytes, key);
+    if (!f) {
+      *error = "cannot write " + meta_tmp.string() + "\n";
+      return false;
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, library, ec);
+  if (!ec) fs::rename(meta_tmp, meta, ec);
+  if (ec) *error = "cannot store " + library.string() + ": " + ec.message() + "\n";
+  return !ec;
+}
+
+}  // namespace
+
+std::string kernel_cache_key(const std::string& source) {
+  std::ostringstream os;
+  os << "volt " << VOLT_VERSION << "\n" << toolchain_identity(compiler()) << "flags:";
+  for (const std::string& f : kFlags) os << " " << f;
+  os << "\nsource:\n" << source;
+  return os.str();
+}
+
+fs::path kernel_cache_dir() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return resolve_dir();
+}
+
+fs::path kernel_cache_library(const std::string& source) {
+  return kernel_cache_dir() / ("cpu_" + hex128(kernel_cache_key(source)) + ".so");
+}
+
+std::string kernel_cache_problem(const fs::path& library, const std::string& key) {
+  fs::path meta = library;
+  meta.replace_extension(".key");
+  std::string text, bytes;
+  if (!read_file(meta, &text)) return "has no readable " + meta.filename().string();
+  std::istringstream in(text);
+  std::string magic, word;
+  unsigned long long size = 0, hash = 0, key_size = 0;
+  std::getline(in, magic);
+  if (magic != kMagic) return "has a .key file of another format";
+  if (!(in >> word >> size) || word != "size" || !(in >> word >> std::hex >> hash >> std::dec) || word != "xxh3" ||
+      !(in >> word >> key_size) || word != "key" || in.get() != '\n')
+    return "has a damaged .key file";
+  std::string stored(std::istreambuf_iterator<char>(in), {});
+  if (stored.size() != key_size) return "has a damaged .key file (key cut short)";
+  if (stored != key) return "belongs to another kernel (its stored key differs)";
+  if (!read_file(library, &bytes)) return "has no readable library";
+  if (bytes.size() != size)
+    return "is damaged (the library has " + std::to_string(bytes.size()) + " bytes, " + std::to_string(size) +
+           " were stored)";
+  if (hash_bytes(bytes.data(), bytes.size()) != hash) return "is damaged (the library's contents changed)";
+  return "";
+}
+
+std::vector<void*> load_host_kernels(const std::string& body, const std::vector<std::string>& names,
+                                     std::string* error) {
+  const std::string cxx = compiler();
+  std::string source_key = kernel_cache_key(body);
+  const std::string hash = hex128(source_key);
+  const std::string suffix = "_k" + hash.substr(0, 16);
+  // The exported names carry the key: the source defines VOLT_KEY first.
+  const std::string source = "#define VOLT_KEY " + suffix + "\n" + body;
+  const std::string key = kernel_cache_key(source);
+
+  std::lock_guard<std::mutex> lock(g_mutex);
+  static std::unordered_map<std::string, void*> loaded;  // library path -> handle: one dlopen each
+  const fs::path library = resolve_dir() / ("cpu_" + hash + ".so");
+  auto symbols = [&](void* handle, std::string* missing) {
+    std::vector<void*> r;
+    for (const std::string& n : names) {
+      void* p = ::dlsym(handle, (n + suffix).c_str());
+      if (!p) {
+        *missing = n + suffix;
+        return std::vector<void*>{};
+      }
+      r.push_back(p);
+    }
+    return r;
+  };
+  if (auto it = loaded.find(library.string()); it != loaded.end()) {
+    std::string missing;
+    return symbols(it->second, &missing);
+  }
+  std::error_code ec;
+  bool have = fs::exists(library, ec);
+  if (have || fs::exists(fs::path(library).replace_extension(".key"), ec)) {
+    std::string problem = kernel_cache_problem(library, key);
+    if (!problem.empty()) {
+      std::cerr << "volt: kernel cache entry " << library << " " << problem << "; compiling it again\n";
+      have = false;
+    }
+  }
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (!have && !build(cxx, source, key, library, error)) return {};
+    void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    std::string missing;
+    std::vector<void*> r;
+    if (handle) r = symbols(handle, &missing);
+    if (!r.empty() || names.empty()) {
+      loaded[library.string()] = handle;
+      return r;
+    }
+    std::string why = handle ? "does not export " + missing : std::string("cannot be loaded: ") + ::dlerror();
+    if (handle) ::dlclose(handle);
+    if (!have) {  // freshly built and still wrong: give up
+      *error = library.string() + " " + why + "\n";
+      return {};
+    }
+    std::cerr << "volt: kernel cache entry " << library << " " << why << "; compiling it again\n";
+    have = false;
+  }
+  return {};
+}
+
+}  // namespace volt::jit

@@ -1,0 +1,197 @@
+// The host kernel cache: damaged or mismatched entries are compiled again,
+// any directory name works, an unwritable directory falls back.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
+#include "jit/jit.h"
+#include "jit/kernel_cache.h"
+#include "tensor/ops.h"
+
+using namespace volt;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Sets VOLT_KERNEL_CACHE for a scope and captures what volt writes to std::cerr.
+struct CacheScope {
+  std::ostringstream err;
+  std::streambuf* old;
+  explicit CacheScope(const fs::path& dir) : old(std::cerr.rdbuf(err.rdbuf())) {
+    ::setenv("VOLT_KERNEL_CACHE", dir.c_str(), 1);
+  }
+  ~CacheScope() {
+    std::cerr.rdbuf(old);
+    ::unsetenv("VOLT_KERNEL_CACHE");
+  }
+};
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("volt-test-kcache-" + std::to_string(::getpid())) / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+void spit(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes; }
+
+// Two functions with one fused kernel each; their results by hand.
+std::vector<Tensor> f_fn(const std::vector<Tensor>& x) { return {add(mul(exp(x[0]), 3.0), 1.0)}; }
+std::vector<Tensor> g_fn(const std::vector<Tensor>& x) { return {sub(mul(x[0], x[0]), 0.25)}; }
+std::vector<float> f_want(const std::vector<float>& x) {
+  std::vector<float> r;
+  for (float v : x) r.push_back(std::exp(v) * 3.0f + 1.0f);
+  return r;
+}
+std::vector<float> g_want(const std::vector<float>& x) {
+  std::vector<float> r;
+  for (float v : x) r.push_back(v * v - 0.25f);
+  return r;
+}
+
+// Runs fn jitted (a fresh jit, so its kernel is looked up again) in `dir`.
+std::vector<float> run_in(const fs::path& dir, jit::JitFunction::Fn fn, std::string* err = nullptr) {
+  CacheScope scope(dir);
+  auto jf = jit::jit(fn, {"x"});
+  std::vector<float> r = jf(Tensor::from_vector<float>({-1.0f, 0.5f, 2.0f})).to_vector<float>();
+  if (err) *err = scope.err.str();
+  CHECK(jit::compile_stats(jf).fusions == 1);
+  return r;
+}
+
+std::vector<fs::path> libraries(const fs::path& dir) {
+  std::vector<fs::path> r;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".so") r.push_back(e.path());
+  return r;
+}
+
+int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+}  // namespace
+
+TEST_CASE("kernel cache: truncated, garbled, zero-length and swapped entries are each compiled again") {
+  const std::vector<float> x{-1.0f, 0.5f, 2.0f};
+  // The originals: one library for f, one for g, each with its .key file.
+  const fs::path base = fresh_dir("base");
+  REQUIRE(run_in(base, f_fn) == f_want(x));
+  const fs::path f_lib = libraries(base).at(0);
+  REQUIRE(run_in(base, g_fn) == g_want(x));
+  fs::path g_lib;
+  for (const fs::path& p : libraries(base))
+    if (p != f_lib) g_lib = p;
+  REQUIRE(!g_lib.empty());
+  auto key_of = [](fs::path p) { return p.replace_extension(".key"); };
+  const std::string f_bytes = slurp(f_lib);
+  REQUIRE(f_bytes.size() > 1000);
+
+  // Each damage in a directory of its own: a path this process never loaded.
+  struct Damage {
+    const char* name;
+    std::function<void(const fs::path& dir)> apply;
+    const char* expect;  // in the one line that says why
+  };
+  const std::vector<Damage> damages = {
+      {"truncated", [&](const fs::path& d) { spit(d / f_lib.filename(), f_bytes.substr(0, f_bytes.size() / 2)); },
+       "is damaged (the library has"},
+      {"zero-length", [&](const fs::path& d) { spit(d / f_lib.filename(), ""); }, "is damaged (the library has 0"},
+      {"garbled",
+       [&](const fs::path& d) {
+         std::string b = f_bytes;
+         for (size_t i = b.size() / 3; i < b.size() / 3 + 64; ++i) b[i] = static_cast<char>(b[i] ^ 0x5a);
+         spit(d / f_lib.filename(), b);
+       },
+       "the library's contents changed"},
+      {"swapped library and key",  // g's entry under f's name
+       [&](const fs::path& d) {
+         fs::copy_file(g_lib, d / f_lib.filename(), fs::copy_options::overwrite_existing);
+         fs::copy_file(key_of(g_lib), key_of(d / f_lib.filename()), fs::copy_options::overwrite_existing);
+       },
+       "belongs to another kernel"},
+      {"swapped library only",
+       [&](const fs::path& d) { fs::copy_file(g_lib, d / f_lib.filename(), fs::copy_options::overwrite_existing); },
+       "is damaged"},
+      {"garbled key file", [&](const fs::path& d) { spit(key_of(d / f_lib.filename()), "volt kernel cache 1\nsize x\n"); },
+       "damaged .key file"},
+      {"missing key file", [&](const fs::path& d) { fs::remove(key_of(d / f_lib.filename())); }, "has no readable"},
+  };
+  for (const Damage& dmg : damages) {
+    CAPTURE(dmg.name);
+    const fs::path d = fresh_dir(std::string("case-") + std::to_string(&dmg - damages.data()));
+    for (const auto& e : fs::directory_iterator(base)) fs::copy_file(e.path(), d / e.path().filename());
+    dmg.apply(d);
+    std::string err;
+    CHECK(run_in(d, f_fn, &err) == f_want(x));
+    // One line, naming the file and why.
+    CHECK(lines(err) == 1);
+    CHECK(err.find(f_lib.filename().string()) != std::string::npos);
+    CHECK(err.find(dmg.expect) != std::string::npos);
+    CHECK(err.find("compiling it again") != std::string::npos);
+    // The entry is whole again: the next lookup loads it silently.
+    CHECK(slurp(key_of(d / f_lib.filename())) == slurp(key_of(f_lib)));
+    CHECK(slurp(d / f_lib.filename()).size() == f_bytes.size());
+  }
+  fs::remove_all(base.parent_path());
+}
+
+TEST_CASE("kernel cache: a good entry loads without a word; every kernel's symbol is named for its key") {
+  const fs::path d = fresh_dir("quiet");
+  std::string err;
+  run_in(d, f_fn, &err);
+  CHECK(err.empty());
+  const fs::path lib = libraries(d).at(0);
+  std::string bytes = slurp(lib);
+  // Exported as cpuFusion0_k<first 16 hex digits of the file's hash>.
+  const std::string stem = lib.stem().string();  // cpu_<32 hex>
+  CHECK(bytes.find("cpuFusion0_k" + stem.substr(4, 16)) != std::string::npos);
+  // Its stored key spells out the whole source and toolchain.
+  fs::path key = lib;
+  std::string meta = slurp(key.replace_extension(".key"));
+  CHECK(meta.rfind("volt kernel cache 1\nsize ", 0) == 0);
+  CHECK(meta.find("compiler: ") != std::string::npos);
+  CHECK(meta.find("flags: -O3") != std::string::npos);
+  CHECK(meta.find("VOLT_KERNEL(cpuFusion0)") != std::string::npos);
+  run_in(d, f_fn, &err);  // a fresh jit: found in memory, no message either
+  CHECK(err.empty());
+  fs::remove_all(d);
+}
+
+TEST_CASE("kernel cache: a directory with spaces and shell metacharacters works, and runs nothing") {
+  const fs::path root = fresh_dir("meta");
+  const fs::path marker = root / "PWNED";
+  const fs::path d = root / ("dir with spaces;touch " + marker.string() + ";$(touch " + marker.string() +
+                             ")'\"`x` & |");
+  std::string err;
+  CHECK(run_in(d, g_fn, &err) == g_want({-1.0f, 0.5f, 2.0f}));
+  CHECK(err.empty());
+  CHECK(libraries(d).size() == 1);
+  CHECK(!fs::exists(marker));
+  fs::remove_all(root);
+}
+
+TEST_CASE("kernel cache: an unwritable cache directory falls back, with a message naming it") {
+  const fs::path root = fresh_dir("unwritable");
+  spit(root / "a-file", "not a directory");
+  const fs::path d = root / "a-file" / "kernels";  // cannot be created, even by root
+  std::string err;
+  CHECK(run_in(d, f_fn, &err) == f_want({-1.0f, 0.5f, 2.0f}));
+  CHECK(err.find("kernel cache directory") != std::string::npos);
+  CHECK(err.find(d.string()) != std::string::npos);
+  CHECK(err.find("instead") != std::string::npos);
+  CHECK(err.find("compiler") == std::string::npos);  // not blamed on the compiler
+  fs::remove_all(root);
+}
