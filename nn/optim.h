@@ -13,6 +13,8 @@
 // same rule runs as a few in-place tensor ops.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "tensor/tensor.h"
@@ -27,6 +29,16 @@ class Optimizer {
   void zero_grad();  // grads become undefined (PyTorch's set_to_none=True)
   virtual void step() = 0;
   const std::vector<Tensor>& params() const { return params_; }
+
+  // For a compiled training step (volt::jit::compile_step, which traces step()
+  // with volt ops): the tensors step() updates besides the parameters (the
+  // moments; the step count as a 0-d f64 tensor), made now if no step ran yet.
+  virtual std::vector<Tensor> state_tensors() { return {}; }
+  // Values a compiled step reads at run time: 0-d f64 tensors, each with the
+  // function giving its current value (the learning rate).  The step refills
+  // them before every call, so changing the learning rate does not recompile.
+  using RunTimeScalar = std::pair<Tensor, std::function<double()>>;
+  virtual std::vector<RunTimeScalar> run_time_scalars() { return {}; }
 
  protected:
   std::vector<Tensor> params_;
@@ -45,10 +57,15 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, SGDOptions options);
   void step() override;
   const SGDOptions& options() const { return options_; }
+  void set_lr(double lr);
+  std::vector<Tensor> state_tensors() override;
+  std::vector<RunTimeScalar> run_time_scalars() override;
 
  private:
+  void traced_step();
   SGDOptions options_;
   std::vector<Tensor> momentum_;  // one per parameter; undefined until its first step
+  Tensor lr_;                     // 0-d f64, for a traced step (run_time_scalars)
 };
 
 struct AdamOptions {
@@ -68,7 +85,10 @@ class Adam : public Optimizer {
   Adam(std::vector<Tensor> params, AdamOptions options = {});
   void step() override;
   const AdamOptions& options() const { return options_; }
-  int64_t step_count(size_t i) const { return state_.at(i).step; }
+  void set_lr(double lr);
+  int64_t step_count(size_t i) const;
+  std::vector<Tensor> state_tensors() override;
+  std::vector<RunTimeScalar> run_time_scalars() override;
   const Tensor& exp_avg(size_t i) const { return state_.at(i).m; }
   const Tensor& exp_avg_sq(size_t i) const { return state_.at(i).v; }
 
@@ -77,8 +97,12 @@ class Adam : public Optimizer {
     int64_t step = 0;
     Tensor m, v;  // first and second moments, same shape as the parameter
   };
+  void traced_step();
   AdamOptions options_;
   std::vector<State> state_;
+  // For a traced step: the step count (0-d f64, the truth once made; the
+  // same for every parameter) and the learning rate (run_time_scalars).
+  Tensor step_, lr_;
 };
 
 }  // namespace volt::nn

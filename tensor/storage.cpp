@@ -1,14 +1,23 @@
 #include "tensor/storage.h"
 
+#include <atomic>
+
 #include "tensor/backend.h"
 #include "tensor/error.h"
 
 namespace volt {
 
+namespace {
+std::atomic<uint64_t> g_allocations{0};
+}
+
+uint64_t Storage::allocation_count() { return g_allocations.load(std::memory_order_relaxed); }
+
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
   Backend* be = backend_for(device.type);
   VOLT_CHECK(be != nullptr, "allocate",
              "device " << device.str() << " is not available in this build or on this machine");
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
   auto s = std::make_shared<Storage>();
   s->nbytes = nbytes;
   s->device = device;

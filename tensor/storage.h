@@ -1,6 +1,7 @@
 // Storage: a block of memory on one device, shared by every view of it.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -23,6 +24,8 @@ struct Storage {
 
   // Allocates through the device's backend (tensor/backend.h).
   static std::shared_ptr<Storage> allocate(size_t nbytes, Device device);
+  // How many times allocate has been called in this process (all devices).
+  static uint64_t allocation_count();
 };
 
 }  // namespace volt

@@ -278,11 +278,24 @@ static void check_inplace(const Tensor& t, const char* op) {
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {
-  check_inplace(*this, "copy_");
+  DispatchMode* mode = current_mode();
+  const bool traced = mode && is_proxy() && !device().is_lazy();
+  if (traced)
+    VOLT_CHECK(!(requires_grad() && is_leaf() && grad_enabled()), "copy_",
+               "a leaf tensor that requires grad cannot be modified in place; use NoGradGuard");
+  else
+    check_inplace(*this, "copy_");
   Tensor s = src;
   if (s.device() != device()) s = s.to(device());
   if (s.dtype() != dtype()) s = s.to(dtype());
   if (s.sizes() != sizes()) s = s.expand(sizes());
+  // A traced value written in place: the mode records the new value (or refuses).
+  if (traced) {
+    VOLT_CHECK(mode->assign(*this, s), "copy_",
+               "cannot modify a tensor without data in place while this trace records ("
+                   << meta_str() << "); compile the whole step with volt::jit::compile_step");
+    return *this;
+  }
   Backend* be = backend_for(device().type);
   be->copy(*this, s);
   return *this;
