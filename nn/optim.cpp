@@ -48,6 +48,14 @@ Tensor grad_like(const Tensor& p) {
   return g.is_contiguous() ? g : g.contiguous();
 }
 
+// Whether step() is running under a tracer (volt::jit::compile_step): the
+// parameters are traced values, and the update is recorded as volt ops.
+bool traced(const std::vector<Tensor>& params) {
+  return current_mode() != nullptr && !params.empty() && params[0].is_proxy() && !params[0].device().is_lazy();
+}
+
+Tensor scalar_f64(double v, const Tensor& like) { return Tensor::full({}, v, DType::f64, like.device()); }
+
 // State made before a module moved follows its parameter.
 void follow_device(Tensor& state, const Tensor& p) {
   if (state.defined() && state.device() != p.device()) state = state.to(p.device());
@@ -196,8 +204,50 @@ void SGD::set_lr(double lr) {
   options_.lr = lr;
 }
 
+std::vector<Tensor> SGD::state_tensors() {
+  std::vector<Tensor> r;
+  if (options_.momentum == 0) return r;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& buf = momentum_[i];
+    follow_device(buf, params_[i]);
+    // A zero buffer: the first step's momentum * 0 + g is g, the first-step rule.
+    if (!buf.defined()) buf = Tensor::zeros(params_[i].sizes(), params_[i].dtype(), params_[i].device());
+    r.push_back(buf);
+  }
+  return r;
+}
+
+std::vector<Optimizer::RunTimeScalar> SGD::run_time_scalars() {
+  if (!lr_.defined() && !params_.empty()) lr_ = scalar_f64(options_.lr, params_[0]);
+  if (!lr_.defined()) return {};
+  return {{lr_, [this] { return options_.lr; }}};
+}
+
+// The rule of step() as volt ops, read by a tracer; the learning rate is lr_.
+void SGD::traced_step() {
+  const auto& o = options_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    Tensor g = grad_like(p);
+    if (o.weight_decay != 0) g = g + p * o.weight_decay;
+    if (o.momentum != 0) {
+      momentum_[i].copy_(momentum_[i] * o.momentum + g);
+      g = momentum_[i];
+    }
+    p.copy_(p + (-lr_).to(p.dtype()) * g);
+  }
+}
+
 void SGD::step() {
   NoGradGuard no_grad;
+  if (traced(params_)) {
+    VOLT_CHECK(lr_.defined() && (options_.momentum == 0 || (!momentum_.empty() && momentum_[0].defined())), "SGD",
+               "step() is being traced without its run-time state; pass the optimizer to "
+               "volt::jit::compile_step as state");
+    traced_step();
+    return;
+  }
   const auto& o = options_;
   std::vector<cuda::SGDSlot> cuda_slots;  // CUDA parameters: one fused launch below
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -255,9 +305,71 @@ void Adam::set_lr(double lr) {
   options_.lr = lr;
 }
 
+int64_t Adam::step_count(size_t i) const {
+  const State& s = state_.at(i);
+  return step_.defined() && s.m.defined() ? static_cast<int64_t>(step_.item_double()) : s.step;
+}
+
+std::vector<Tensor> Adam::state_tensors() {
+  std::vector<Tensor> r;
+  int64_t count = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    State& s = state_[i];
+    follow_device(s.m, p);
+    follow_device(s.v, p);
+    if (!s.m.defined()) {
+      s.m = Tensor::zeros(p.sizes(), p.dtype(), p.device());
+      s.v = Tensor::zeros(p.sizes(), p.dtype(), p.device());
+    }
+    count = std::max(count, s.step);
+    r.push_back(s.m);
+    r.push_back(s.v);
+  }
+  if (!step_.defined() && !params_.empty()) step_ = scalar_f64(static_cast<double>(count), params_[0]);
+  if (step_.defined()) r.push_back(step_);
+  return r;
+}
+
+std::vector<Optimizer::RunTimeScalar> Adam::run_time_scalars() {
+  if (!lr_.defined() && !params_.empty()) lr_ = scalar_f64(options_.lr, params_[0]);
+  if (!lr_.defined()) return {};
+  return {{lr_, [this] { return options_.lr; }}};
+}
+
+// The rule of step() as volt ops, in the same order of operations, read by a
+// tracer.  The step count step_ and the learning rate lr_ are tensors, so the
+// bias corrections are computed when the compiled step runs.
+void Adam::traced_step() {
+  const auto& o = options_;
+  step_.copy_(step_ + 1.0);
+  const Tensor step_size = lr_ / (1.0 - pow(o.beta1, step_));
+  const Tensor bias_correction2_sqrt = sqrt(1.0 - pow(o.beta2, step_));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    Tensor g = grad_like(p);
+    State& s = state_[i];
+    if (o.weight_decay != 0) g = g + o.weight_decay * p;
+    s.m.copy_(s.m + (1.0 - o.beta1) * (g - s.m));
+    s.v.copy_(s.v * o.beta2 + ((1.0 - o.beta2) * g) * g);
+    const Tensor neg_step_size = (-step_size).to(p.dtype());
+    p.copy_(p + (neg_step_size * s.m) / (sqrt(s.v) / bias_correction2_sqrt.to(p.dtype()) + o.eps));
+  }
+}
+
 void Adam::step() {
   NoGradGuard no_grad;
+  if (traced(params_)) {
+    VOLT_CHECK(lr_.defined() && step_.defined(), "Adam",
+               "step() is being traced without its run-time state; pass the optimizer to "
+               "volt::jit::compile_step as state");
+    traced_step();
+    return;
+  }
   const auto& o = options_;
+  // Once a compiled step made the step-count tensor, it is the count.
+  const int64_t counted = step_.defined() ? static_cast<int64_t>(step_.item_double()) : -1;
   std::vector<Tensor> grads;  // keeps converted grads alive until the update ran
   std::vector<AdamWork<float>> work_f32;
   std::vector<AdamWork<double>> work_f64;
@@ -273,7 +385,7 @@ void Adam::step() {
       s.m = Tensor::zeros(p.sizes(), p.dtype(), p.device());
       s.v = Tensor::zeros(p.sizes(), p.dtype(), p.device());
     }
-    s.step += 1;
+    s.step = counted >= 0 ? counted + 1 : s.step + 1;
     const double t = static_cast<double>(s.step);
     const double step_size = o.lr / (1.0 - std::pow(o.beta1, t));
     const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(o.beta2, t));
@@ -300,6 +412,7 @@ void Adam::step() {
   }
   adam_multi(work_f32);
   adam_multi(work_f64);
+  if (counted >= 0) step_.fill_(static_cast<double>(counted + 1));
 #ifdef VOLT_WITH_CUDA
   if (!cuda_slots.empty()) cuda::fused_adam(cuda_slots, o.beta1, o.beta2, o.eps, o.weight_decay);
 #endif

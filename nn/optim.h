@@ -13,6 +13,8 @@
 // same rule runs as a few in-place tensor ops.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "tensor/tensor.h"
@@ -31,6 +33,16 @@ class Optimizer {
   // A lazy or compiled step reads it as a run-time scalar: changing it does not recompile.
   virtual double lr() const = 0;
   virtual void set_lr(double lr) = 0;
+
+  // For a compiled training step (volt::jit::compile_step, which traces step()
+  // with volt ops): the tensors step() updates besides the parameters (the
+  // moments; the step count as a 0-d f64 tensor), made now if no step ran yet.
+  virtual std::vector<Tensor> state_tensors() { return {}; }
+  // Values a compiled step reads at run time: 0-d f64 tensors, each with the
+  // function giving its current value (the learning rate).  The step refills
+  // them before every call, so changing the learning rate does not recompile.
+  using RunTimeScalar = std::pair<Tensor, std::function<double()>>;
+  virtual std::vector<RunTimeScalar> run_time_scalars() { return {}; }
 
  protected:
   std::vector<Tensor> params_;
@@ -51,10 +63,14 @@ class SGD : public Optimizer {
   const SGDOptions& options() const { return options_; }
   double lr() const override { return options_.lr; }
   void set_lr(double lr) override;
+  std::vector<Tensor> state_tensors() override;
+  std::vector<RunTimeScalar> run_time_scalars() override;
 
  private:
+  void traced_step();
   SGDOptions options_;
   std::vector<Tensor> momentum_;  // one per parameter; undefined until its first step
+  Tensor lr_;                     // 0-d f64, for a traced step (run_time_scalars)
 };
 
 struct AdamOptions {
@@ -76,7 +92,9 @@ class Adam : public Optimizer {
   const AdamOptions& options() const { return options_; }
   double lr() const override { return options_.lr; }
   void set_lr(double lr) override;
-  int64_t step_count(size_t i) const { return state_.at(i).step; }
+  int64_t step_count(size_t i) const;
+  std::vector<Tensor> state_tensors() override;
+  std::vector<RunTimeScalar> run_time_scalars() override;
   const Tensor& exp_avg(size_t i) const { return state_.at(i).m; }
   const Tensor& exp_avg_sq(size_t i) const { return state_.at(i).v; }
 
@@ -85,8 +103,12 @@ class Adam : public Optimizer {
     int64_t step = 0;
     Tensor m, v;  // first and second moments, same shape as the parameter
   };
+  void traced_step();
   AdamOptions options_;
   std::vector<State> state_;
+  // For a traced step: the step count (0-d f64, the truth once made; the
+  // same for every parameter) and the learning rate (run_time_scalars).
+  Tensor step_, lr_;
 };
 
 struct AdadeltaOptions {

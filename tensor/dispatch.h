@@ -75,6 +75,14 @@ class DispatchMode {
   virtual std::vector<Tensor> run(OpCall& call) = 0;
   // The value of a one-element tensor the mode owns (a proxy, a lazy tensor).
   virtual double item(const Tensor& t) = 0;
+  // An in-place write (copy_) into a tensor without data while the mode is
+  // set.  The compiled training step's tracer rebinds `dst` to the value `src`
+  // (same shape, dtype and device); false: the mode cannot take it.
+  virtual bool assign(const Tensor& dst, const Tensor& src) {
+    (void)dst;
+    (void)src;
+    return false;
+  }
 };
 
 DispatchMode* current_mode();

@@ -1,11 +1,18 @@
 #include "tensor/storage.h"
 
 #include <cstdint>
+#include <atomic>
 
 #include "tensor/backend.h"
 #include "tensor/error.h"
 
 namespace volt {
+
+namespace {
+std::atomic<uint64_t> g_allocations{0};
+}
+
+uint64_t Storage::allocation_count() { return g_allocations.load(std::memory_order_relaxed); }
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
   Backend* be = backend_for(device.type);
@@ -14,6 +21,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
   // Backends round sizes up; a request near SIZE_MAX must not wrap to a small block.
   VOLT_CHECK(nbytes <= static_cast<size_t>(PTRDIFF_MAX) / 2, "allocate",
              "cannot allocate " << nbytes << " bytes on " << device.str());
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
   auto s = std::make_shared<Storage>();
   s->nbytes = nbytes;
   s->device = device;

@@ -27,6 +27,8 @@ struct Storage {
 
   // Allocates through the device's backend (tensor/backend.h).
   static std::shared_ptr<Storage> allocate(size_t nbytes, Device device);
+  // How many times allocate has been called in this process (all devices).
+  static uint64_t allocation_count();
 };
 
 }  // namespace volt

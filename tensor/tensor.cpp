@@ -290,6 +290,21 @@ static void check_inplace(const Tensor& t, const char* op) {
 // Writes `value` (any dtype or device; broadcast to this shape) into this
 // tensor's memory: the one in-place write every other goes through.
 Tensor& Tensor::assign_(const Tensor& value, const char* op) {
+  // A traced value written in place (a compiled training step's state): the
+  // mode records the new value, or refuses.
+  DispatchMode* mode = current_mode();
+  if (mode && is_proxy() && !device().is_lazy()) {
+    VOLT_CHECK(!(requires_grad() && is_leaf() && grad_enabled()), op,
+               "a leaf tensor that requires grad cannot be modified in place; use NoGradGuard");
+    Tensor s = value;
+    if (s.device() != device()) s = s.to(device());
+    if (s.dtype() != dtype()) s = s.to(dtype());
+    if (s.sizes() != sizes()) s = s.expand(sizes());
+    VOLT_CHECK(mode->assign(*this, s), op,
+               "cannot modify a tensor without data in place while this trace records ("
+                   << meta_str() << "); compile the whole step with volt::jit::compile_step");
+    return *this;
+  }
   check_inplace(*this, op);
   const bool recorded = grad_enabled() && (requires_grad() || value.requires_grad());
   Tensor s = value;

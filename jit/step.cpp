@@ -1,0 +1,257 @@
+#include "jit/step.h"
+
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <unordered_set>
+
+#include "jit/fusion.h"
+#include "jit/memory_plan.h"
+#include "jit/passes.h"
+#include "jit/step_trace.h"
+#include "jit/tracer.h"
+
+namespace volt::jit {
+
+const char* section_name(StepSection s) {
+  switch (s) {
+    case StepSection::Forward: return "forward";
+    case StepSection::Loss: return "loss";
+    case StepSection::Backward: return "backward";
+    case StepSection::Optimizer: return "optimizer";
+  }
+  return "?";
+}
+
+struct CompiledStep::Entry {
+  std::shared_ptr<ProxyNames> names;
+  std::vector<Trace> traces;
+  size_t num_outputs = 0;
+  std::vector<size_t> updated_state, grad_of;
+  std::unordered_map<int64_t, StepSection> section_of;
+  double compile_ms = 0;
+  std::unique_ptr<MemoryPlan> plan;
+  std::vector<Tensor> constants;  // passed after the arguments
+};
+
+CompiledStep::CompiledStep(Fn fn, StepOptions options) : fn_(std::move(fn)), options_(std::move(options)) {
+  std::unordered_set<const TensorImpl*> seen;
+  std::vector<Tensor> scalars;
+  for (const StepState& s : options_.state) {
+    for (size_t i = 0; i < s.tensors.size(); ++i) {
+      const Tensor& t = s.tensors[i];
+      VOLT_CHECK(t.defined(), "compile_step", "a state tensor is undefined");
+      if (!seen.insert(t.impl()).second) continue;
+      state_.push_back(t);
+      state_names_.push_back(i < s.names.size() ? s.names[i] : "s" + std::to_string(state_.size() - 1));
+    }
+    for (const auto& [t, read] : s.scalars) {
+      VOLT_CHECK(t.defined() && t.numel() == 1 && read, "compile_step",
+                 "a run-time scalar needs a one-element tensor and a function giving its value");
+      if (!seen.insert(t.impl()).second) continue;
+      scalars.push_back(t);
+      refill_.push_back(read);
+    }
+  }
+  for (size_t i = 0; i < scalars.size(); ++i) {
+    state_.push_back(scalars[i]);
+    state_names_.push_back(scalars.size() == 1 ? "lr" : "scalar" + std::to_string(i));
+  }
+  std::vector<Executor*> user;
+  for (Executor& e : options_.jit.executors) user.push_back(&e);
+  executors_ = executor_order(user);
+}
+
+CompiledStep::~CompiledStep() = default;
+CompiledStep::CompiledStep(CompiledStep&&) noexcept = default;
+
+std::string CompiledStep::key_for(const std::vector<Tensor>& args) const {
+  std::ostringstream os;
+  for (size_t i = 0; i < args.size(); ++i)
+    os << "input" << i << "=" << args[i].meta_str() << (args[i].is_contiguous() ? "" : ",strided") << ";";
+  for (size_t i = 0; i < state_.size(); ++i)
+    os << "state" << i << "=" << state_[i].meta_str() << (state_[i].is_contiguous() ? "" : ",strided") << ";";
+  for (const StepState& s : options_.state)
+    if (s.training) os << "training=" << s.training() << ";";
+  os << "grad_mode=" << grad_enabled() << ";";
+  return os.str();
+}
+
+namespace {
+
+std::string first_difference(const std::string& a, const std::string& b) {
+  std::istringstream sa(a), sb(b);
+  std::string fa, fb;
+  while (std::getline(sa, fa, ';') && std::getline(sb, fb, ';'))
+    if (fa != fb) return fb + " (was " + fa + ")";
+  return "a different number of inputs";
+}
+
+// Copies are identities of value: their users read the copied value itself,
+// unless the copy is an output (it must be a tensor of its own there).
+Trace forward_copies_pass(const Trace& t) {
+  auto t0 = Clock::now();
+  std::unordered_set<int64_t> outputs;
+  for (const Tensor& o : t.outputs) outputs.insert(id_of(o));
+  std::unordered_map<int64_t, Tensor> source;
+  Trace r = t;
+  r.bsyms.clear();
+  for (const BoundSymbol& b0 : t.bsyms) {
+    BoundSymbol b = b0;
+    std::vector<BoundSymbol> one{b};
+    substitute(one, source);
+    b = one.front();
+    if (b.call.op == OpId::copy && b.outputs.size() == 1 && b.call.args[0].is_tensor &&
+        !outputs.count(id_of(b.outputs[0])) && b.call.args[0].tensor.is_contiguous()) {
+      source[id_of(b.outputs[0])] = b.call.args[0].tensor;
+      continue;
+    }
+    r.bsyms.push_back(std::move(b));
+  }
+  r.provenance = "Forward copies";
+  r.millis = ms_since(t0);
+  return r;
+}
+
+}  // namespace
+
+std::shared_ptr<CompiledStep::Entry> CompiledStep::compile(const std::vector<Tensor>& args) {
+  auto t0 = Clock::now();
+  StepTraceResult tr = trace_step(fn_, state_, state_names_, args, options_.write_grads);
+  tr.trace.millis = ms_since(t0);
+  auto e = std::make_shared<Entry>();
+  e->names = tr.names;
+  e->num_outputs = tr.num_outputs;
+  e->updated_state = std::move(tr.updated_state);
+  e->grad_of = std::move(tr.grad_of);
+  e->section_of = std::move(tr.section_of);
+  e->constants = std::move(tr.constants);
+  e->traces.push_back(std::move(tr.trace));
+  e->traces.push_back(forward_copies_pass(e->traces.back()));
+  e->traces.push_back(dce_cse_pass(e->traces.back()));
+  e->traces.push_back(claim_pass(e->traces.back(), *e->names, executors_));
+  Trace fused = fusion_pass(e->traces.back());
+  auto c0 = Clock::now();
+  compile_fusions(fused);
+  fused.millis += ms_since(c0);
+  e->traces.push_back(std::move(fused));
+  e->traces.push_back(del_last_used_pass(e->traces.back()));
+  prepare(e->traces.back());
+  bool plannable = options_.memory_plan;
+  for (const Tensor& t : state_) plannable = plannable && t.device().is_cpu() && t.is_contiguous();
+  for (const Tensor& t : args) plannable = plannable && t.device().is_cpu();
+  if (plannable) {
+    auto p0 = Clock::now();
+    e->plan = std::make_unique<MemoryPlan>(e->traces.back(), state_.size(), e->num_outputs, e->updated_state);
+    e->traces.back().millis += ms_since(p0);
+  }
+  for (const Trace& t : e->traces) e->compile_ms += t.millis;
+  return e;
+}
+
+std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
+  std::string key = key_for(args);
+  std::shared_ptr<Entry> found;
+  if (last_ && key == last_key_) {
+    found = last_;
+  } else {
+    for (auto& [k, e] : cache_)
+      if (k == key) found = e;
+  }
+  if (found) {
+    ++hits_;
+  } else {
+    ++compiles_;
+    miss_reason_ = last_key_.empty() ? "first call" : first_difference(last_key_, key);
+    static const bool log = [] {
+      const char* e = std::getenv("VOLT_JIT_LOG");
+      return e && std::string(e).find("recompile") != std::string::npos;
+    }();
+    if (log) std::cerr << "volt.jit: compiling the training step (" << miss_reason_ << ")\n";
+    found = compile(args);
+    cache_.emplace_back(key, found);
+  }
+  last_ = found;
+  last_key_ = std::move(key);
+
+  const size_t first_scalar = state_.size() - refill_.size();
+  for (size_t i = 0; i < refill_.size(); ++i) {
+    Tensor& t = state_[first_scalar + i];
+    const double value = refill_[i]();
+    // Written in place (fill_ would make a tensor of the value first).
+    if (t.device().is_cpu() && t.dtype() == DType::f64 && t.is_contiguous()) *t.data_ptr<double>() = value;
+    else if (t.device().is_cpu() && t.dtype() == DType::f32 && t.is_contiguous()) *t.data_ptr<float>() = static_cast<float>(value);
+    else t.fill_(value);
+  }
+  const Entry& e = *found;
+  std::vector<Tensor> inputs = state_;
+  inputs.insert(inputs.end(), args.begin(), args.end());
+  inputs.insert(inputs.end(), e.constants.begin(), e.constants.end());
+  std::vector<Tensor> outs;
+  if (e.plan) {
+    outs = e.plan->run(e.traces.back(), inputs);
+  } else {
+    NoGradGuard no_grad;
+    outs = interpret(e.traces.back(), inputs);
+    for (size_t k = 0; k < e.updated_state.size(); ++k) state_[e.updated_state[k]].copy_(outs[e.num_outputs + k]);
+  }
+  for (size_t k = 0; k < e.grad_of.size(); ++k)
+    state_[e.grad_of[k]].set_grad(outs[e.num_outputs + e.updated_state.size() + k].clone());
+  outs.resize(e.num_outputs);
+  if (!options_.reuse_outputs)
+    for (Tensor& o : outs)
+      if (e.plan) o = o.clone();
+  return outs;
+}
+
+const std::vector<Trace>& CompiledStep::last_traces() const {
+  static const std::vector<Trace> none;
+  return last_ ? last_->traces : none;
+}
+
+double CompiledStep::last_compile_ms() const { return last_ ? last_->compile_ms : 0; }
+size_t CompiledStep::arena_bytes() const { return last_ && last_->plan ? last_->plan->arena_bytes() : 0; }
+
+std::string CompiledStep::last_trace_str() const {
+  if (!last_) return {};
+  const Trace& t = last_->traces.back();
+  // One section per bound symbol, by the first value it makes.
+  std::vector<const char*> label;
+  for (const BoundSymbol& b : t.bsyms) {
+    const std::vector<BoundSymbol> parts = b.fusion_name.empty() ? std::vector<BoundSymbol>{b} : b.subsymbols;
+    StepSection s = StepSection::Forward;
+    bool found = false;
+    for (const BoundSymbol& p : parts) {
+      for (const Tensor& o : p.outputs)
+        if (auto it = last_->section_of.find(id_of(o)); it != last_->section_of.end()) {
+          s = it->second;
+          found = true;
+          break;
+        }
+      if (found) break;
+    }
+    label.push_back(found ? section_name(s) : nullptr);
+  }
+  // Trace::str prints each top-level bound symbol on a line of its own at
+  // two spaces' indent (its parts and del lines follow it); a section header
+  // goes before the first line of each new section.
+  std::istringstream in(t.str());
+  std::ostringstream out;
+  size_t k = 0;
+  const char* current = nullptr;
+  for (std::string line; std::getline(in, line);) {
+    bool top = line.size() > 2 && line.compare(0, 2, "  ") == 0 && line[2] != ' ' && line[2] != '#' &&
+               line.compare(2, 4, "del ") != 0 && line.compare(2, 7, "return ") != 0;
+    if (top && k < label.size()) {
+      const char* l = label[k++];
+      if (l && (!current || std::string(l) != current)) {
+        out << "  # ---- " << l << " ----\n";
+        current = l;
+      }
+    }
+    out << line << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace volt::jit
