@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "data/idx.h"
+#include "nn/sequential.h"
 #include "nn/serialize.h"
 
 namespace volt::fuzz {
@@ -85,7 +86,7 @@ inline int idx_gzip(const uint8_t* data, size_t size) {
 inline int safetensors(const uint8_t* data, size_t size) {
   write_scratch(data, size);
   try {
-    nn::Module m;
+    nn::Sequential m;
     Tensor w = m.register_parameter("w", Tensor::zeros({2}));
     nn::load(m, scratch_path(), false);
     (void)w.to_vector<float>();

@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include "nn/sequential.h"
 #include "nn/linear.h"
 #include "nn/mlp.h"
 #include "nn/serialize.h"
@@ -260,7 +261,7 @@ TEST_CASE("F16 and BF16 tensors load as f32, exactly") {
   nn::load(fc, f.str());
   CHECK(fc.weight().to_vector<float>() == std::vector<float>{1.0f, -5.0f});
   CHECK(fc.bias().to_vector<float>() == std::vector<float>{1.0f});
-  nn::Module m;
+  nn::Sequential m;
   m.register_parameter("weight", Tensor::zeros({1, 2}, DType::f64));
   m.register_buffer("bias", Tensor::zeros({1}, DType::i64));
   CHECK_THROWS_WITH_AS(nn::load(m, f.str()),

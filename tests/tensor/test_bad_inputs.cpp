@@ -203,8 +203,8 @@ std::vector<BadCase> catalogue(const Files& fl) {
       // ---- modules and optimizers ----
       {"Linear zero features", [] { nn::Linear(0, 3); }, "Linear:", "must be positive"},
       {"Linear wrong input", [] { nn::Linear fc(3, 2); fc(f32({4, 5})); }, "linear:", "do not match"},
-      {"duplicate parameter", [] { nn::Module m; m.register_parameter("w", f32({1})); m.register_parameter("w", f32({1})); }, "register_parameter", "w"},
-      {"dotted parameter name", [] { nn::Module m; m.register_parameter("a.b", f32({1})); }, "register_parameter", "a.b"},
+      {"duplicate parameter", [] { nn::Sequential m; m.register_parameter("w", f32({1})); m.register_parameter("w", f32({1})); }, "register_parameter", "w"},
+      {"dotted parameter name", [] { nn::Sequential m; m.register_parameter("a.b", f32({1})); }, "register_parameter", "a.b"},
       {"Sequential index", [] { nn::Sequential s; s.push_back(std::make_shared<nn::ReLU>()); s[3]; }, "Sequential:", "out of range"},
       {"Dropout p", [] { nn::Dropout d(2.0); }, "Dropout:", "[0, 1]"},
       {"SGD negative lr", [] { nn::SGD({leaf({1})}, {.lr = -1.0}); }, "SGD:", "lr must be >= 0"},
