@@ -81,3 +81,11 @@ class CosineAnnealingLR : public LRScheduler {
 };
 
 }  // namespace volt::nn
+
+// LibTorch's spelling: torch::optim::StepLR is volt::optim::StepLR.
+namespace volt::optim {
+using nn::CosineAnnealingLR;
+using nn::ExponentialLR;
+using nn::LRScheduler;
+using nn::StepLR;
+}  // namespace volt::optim

@@ -142,3 +142,14 @@ class Adadelta : public Optimizer {
 };
 
 }  // namespace volt::nn
+
+// LibTorch's spelling: torch::optim::Adam is volt::optim::Adam.
+namespace volt::optim {
+using nn::Adadelta;
+using nn::AdadeltaOptions;
+using nn::Adam;
+using nn::AdamOptions;
+using nn::Optimizer;
+using nn::SGD;
+using nn::SGDOptions;
+}  // namespace volt::optim

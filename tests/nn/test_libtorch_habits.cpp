@@ -8,7 +8,9 @@
 
 #include "nn/linear.h"
 #include "nn/loss.h"
+#include "nn/lr_scheduler.h"
 #include "nn/module.h"
+#include "nn/optim.h"
 #include "tensor/factories.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
@@ -109,4 +111,16 @@ TEST_CASE("make_data_loader with DataLoaderOptions, as LibTorch spells it") {
   std::vector<int64_t> want = ref.next_epoch();
   want.resize(9);
   CHECK(order == want);
+}
+
+TEST_CASE("optimizers and schedulers are reachable as volt::optim, as torch::optim") {
+  Tensor w = Tensor::ones({2}).requires_grad_();
+  optim::SGD opt({w}, optim::SGDOptions{.lr = 0.5});
+  optim::StepLR sched(opt, /*step_size=*/1, /*gamma=*/0.1);
+  (w * w).sum().backward();
+  opt.step();  // w -= 0.5 * 2w
+  CHECK(w.to_vector<float>() == std::vector<float>{0.0f, 0.0f});
+  sched.step();
+  CHECK(opt.lr() == doctest::Approx(0.05));
+  CHECK(std::is_base_of_v<optim::Optimizer, optim::Adam>);
 }
