@@ -30,6 +30,7 @@
 #include "nn/optim.h"
 #include "nn/lr_scheduler.h"
 #include "nn/serialize.h"
+#include "nn/checkpoint.h"
 #include "data/dataset.h"
 #include "data/dataloader.h"
 #include "data/sampler.h"

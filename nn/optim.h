@@ -14,12 +14,15 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "tensor/tensor.h"
 
 namespace volt::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;  // as nn/module.h
 
 class Optimizer {
  public:
@@ -44,8 +47,21 @@ class Optimizer {
   using RunTimeScalar = std::pair<Tensor, std::function<double()>>;
   virtual std::vector<RunTimeScalar> run_time_scalars() { return {}; }
 
+  // What a checkpoint keeps so that a resumed run goes on exactly (nn/checkpoint.h),
+  // with PyTorch's names: "lr", "state.<i>.<name>" for parameter i (exp_avg,
+  // exp_avg_sq, step, momentum_buffer, square_avg, acc_delta).  A parameter with
+  // no state yet has no entries.  load_state_dict copies the tensors in (shapes
+  // checked; every name it does not know is listed in one error).
+  NamedTensors state_dict() const;
+  void load_state_dict(const NamedTensors& state);
+
  protected:
   std::vector<Tensor> params_;
+  // Each optimizer's per-parameter state by name (nn/optim_state.cpp); an
+  // undefined tensor is state not made yet.
+  virtual std::vector<std::pair<std::string, Tensor*>> state_slots(size_t i) = 0;
+  // After load_state_dict wrote the slots: anything derived from them.
+  virtual void state_loaded() {}
 };
 
 struct SGDOptions {
@@ -68,6 +84,7 @@ class SGD : public Optimizer {
 
  private:
   void traced_step();
+  std::vector<std::pair<std::string, Tensor*>> state_slots(size_t i) override;
   SGDOptions options_;
   std::vector<Tensor> momentum_;  // one per parameter; undefined until its first step
   Tensor lr_;                     // 0-d f64, for a traced step (run_time_scalars)
@@ -102,8 +119,11 @@ class Adam : public Optimizer {
   struct State {
     int64_t step = 0;
     Tensor m, v;  // first and second moments, same shape as the parameter
+    Tensor saved_step;  // the step count as a 0-d f64 tensor, for state_dict
   };
   void traced_step();
+  std::vector<std::pair<std::string, Tensor*>> state_slots(size_t i) override;
+  void state_loaded() override;
   AdamOptions options_;
   std::vector<State> state_;
   // For a traced step: the step count (0-d f64, the truth once made; the
@@ -137,6 +157,7 @@ class Adadelta : public Optimizer {
   struct State {
     Tensor square_avg, acc_delta;  // same shape as the parameter; undefined until its first step
   };
+  std::vector<std::pair<std::string, Tensor*>> state_slots(size_t i) override;
   AdadeltaOptions options_;
   std::vector<State> state_;
 };
