@@ -73,10 +73,15 @@ std::vector<Tensor> OperatorExecutor::run(const OpCall& c) const {
 
 namespace {
 
-std::mutex g_mutex;
+// Never destroyed: executors with static storage leave the registry at exit,
+// in whatever order the statics go.
+std::mutex& registry_mutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
 std::vector<Executor*>& registry() {
-  static std::vector<Executor*> r;
-  return r;
+  static auto* r = new std::vector<Executor*>;
+  return *r;
 }
 
 class EagerExecutor final : public Executor {
@@ -91,8 +96,16 @@ std::vector<Executor*>& builtins() {
 
 }  // namespace
 
+Executor::~Executor() { unregister_executor(*this); }
+
+void unregister_executor(Executor& ex) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  std::vector<Executor*>& r = registry();
+  r.erase(std::remove(r.begin(), r.end(), &ex), r.end());
+}
+
 void register_executor(Executor& ex) {
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::lock_guard<std::mutex> lock(registry_mutex());
   for (Executor* e : registry())
     VOLT_CHECK(e == &ex || e->name() != ex.name(), "register_executor",
                "an executor named \"" << ex.name() << "\" is already registered");
@@ -100,7 +113,7 @@ void register_executor(Executor& ex) {
 }
 
 std::vector<Executor*> registered_executors() {
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::lock_guard<std::mutex> lock(registry_mutex());
   std::vector<Executor*> r = builtin_executors();
   for (Executor* e : registry())
     if (std::find(r.begin(), r.end(), e) == r.end()) r.push_back(e);

@@ -30,7 +30,8 @@ namespace volt::jit {
 class Executor {
  public:
   Executor(std::string name, std::string version) : name_(std::move(name)), version_(std::move(version)) {}
-  virtual ~Executor() = default;
+  // An executor leaves the registry (register_executor) when it is destroyed.
+  virtual ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
   const std::string& name() const { return name_; }
@@ -124,8 +125,10 @@ class FusionExecutor : public Executor {
                                   const PhiloxState& rng) const = 0;
 };
 
-// Makes an executor known by name (registered_executors lists it).
+// Makes an executor known by name (registered_executors lists it) until it is
+// destroyed or unregistered; the registry never outlives what it lists.
 void register_executor(Executor& ex);
+void unregister_executor(Executor& ex);
 std::vector<Executor*> registered_executors();
 
 // The built-in executors.  Device backends add theirs (nvrtc, cublas) with

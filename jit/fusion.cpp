@@ -291,6 +291,9 @@ Trace del_last_used_pass(const Trace& t) {
   Trace r = t;
   std::unordered_set<int64_t> keep, seen;
   for (const Tensor& o : t.outputs) keep.insert(id_of(o));
+  // An augmented forward returns its inputs too (flat_args).
+  if (t.kind == Trace::Kind::AugmentedForward)
+    for (const Tensor& i : t.inputs) keep.insert(id_of(i));
   // Walking backwards, the first time a value is met is its last use.
   for (auto it = r.bsyms.rbegin(); it != r.bsyms.rend(); ++it) {
     it->del_after.clear();

@@ -6,10 +6,12 @@
 #include <sstream>
 
 #include "autograd/node.h"
+#include "jit/check.h"
 #include "jit/fusion.h"
 #include "jit/grad.h"
 #include "jit/kernel_cache.h"
 #include "jit/passes.h"
+#include "jit/pipeline.h"
 #include "jit/tracer.h"
 #include "tensor/ops.h"
 
@@ -110,22 +112,6 @@ bool JitFunction::guards_hold(const Entry& e, const std::vector<Tensor>& inputs,
   return true;
 }
 
-namespace {
-
-// Runs fusion, compilation and delete-last-used on a trace whose bound
-// symbols have been claimed; the final trace is readied for repeated runs.
-void finish(std::vector<Trace>& list, std::vector<Executor*>& executors, ProxyNames& names) {
-  list.push_back(claim_pass(list.back(), names, executors));
-  Trace fused = fusion_pass(list.back());
-  auto c0 = Clock::now();
-  compile_fusions(fused);
-  fused.millis += ms_since(c0);
-  list.push_back(std::move(fused));
-  list.push_back(del_last_used_pass(list.back()));
-  prepare(list.back());
-}
-
-}  // namespace
 
 std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tensor>& args, size_t n_primals) {
   auto t0 = Clock::now();
@@ -196,7 +182,7 @@ std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tenso
     e->traces.push_back(dce_cse_pass(t));
     e->traces.back().provenance = "Grad transform";
     e->num_outputs = e->traces.back().outputs.size();
-    finish(e->traces, executors_, *e->names);
+    compile_pipeline(e->traces, *e->names, executors_);
     return e;
   }
 
@@ -215,11 +201,14 @@ std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tenso
   // comes from the backward trace, or where no gradient is needed.  Otherwise
   // every prim runs eagerly and the tape records it.
   if (!e->backward_traces.empty() || !(grad_enabled() && any)) {
-    finish(e->traces, executors_, *e->names);
-    if (!e->backward_traces.empty()) finish(e->backward_traces, executors_, *e->names);
+    compile_pipeline(e->traces, *e->names, executors_);
+    if (!e->backward_traces.empty()) compile_pipeline(e->backward_traces, *e->names, executors_);
   } else {
     prepare(e->traces.back());
   }
+  // Every trace of the entry must read as a valid program.
+  for (const std::vector<Trace>* list : {&e->traces, &e->backward_traces})
+    for (const Trace& tr : *list) check_trace(tr);
   return e;
 }
 

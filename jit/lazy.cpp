@@ -25,6 +25,7 @@
 #include "jit/fusion.h"
 #include "jit/kernel_cache.h"
 #include "jit/passes.h"
+#include "jit/pipeline.h"
 #include "jit/tracer.h"
 #include "tensor/backend.h"
 #include "tensor/custom_op.h"
@@ -433,17 +434,8 @@ std::shared_ptr<Entry> compile(const Graph& g) {
   e->traces.push_back(lower(g, e->names));
   e->traces.back().millis = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   e->traces.push_back(jit::dce_cse_pass(e->traces.back()));
-  // The jit's built-in executors (fusion ones first) claim what they can run.
-  e->traces.push_back(jit::claim_pass(e->traces.back(), *e->names, jit::executor_order({})));
-  {
-    jit::Trace fused = jit::fusion_pass(e->traces.back());
-    auto c0 = Clock::now();
-    jit::compile_fusions(fused);
-    fused.millis += std::chrono::duration<double, std::milli>(Clock::now() - c0).count();
-    e->traces.push_back(std::move(fused));
-  }
-  e->traces.push_back(jit::del_last_used_pass(e->traces.back()));
-  jit::prepare(e->traces.back());
+  // The jit's pipeline, with its built-in executors (fusion ones first).
+  jit::compile_pipeline(e->traces, *e->names, jit::executor_order({}));
   count("Time.compile_us", us_since(t0));
   return e;
 }

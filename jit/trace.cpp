@@ -36,10 +36,14 @@ std::string type_comment(const ProxyNames& names, const Tensor& t) {
   return names.name(t) + ": \"" + t.meta_str() + "\"";
 }
 
-// "prims.gt(t0, 0.0)" or "linear(input, _0_weight, _0_bias)"
+// "prims.gt(t0, 0.0)" or "volt.linear(input, _0_weight, _0_bias)": prims
+// under prims., volt's ops under volt. (as Thunder names torch's), operators
+// registered by an executor under their own name.
 std::string call_str(const ProxyNames& names, const OpCall& c, bool prim_prefix) {
   std::ostringstream os;
-  os << (prim_prefix ? "prims." : "") << op_name(c) << "(";
+  const char* qualifier = c.op == OpId::custom ? "" : prim_prefix ? "prims." : "volt.";
+  // The prim that makes a contiguous copy is what users call `contiguous`.
+  os << qualifier << (c.op == OpId::copy ? std::string("contiguous") : op_name(c)) << "(";
   const Attrs& at = c.attrs;
   bool first = true;
   auto sep = [&] {
@@ -82,11 +86,17 @@ std::string call_str(const ProxyNames& names, const OpCall& c, bool prim_prefix)
   return os.str();
 }
 
+// A Python tuple: "()", "(a,)", "(a, b)".
+std::string tuple_str(const ProxyNames& names, const std::vector<Tensor>& ts, size_t from, size_t to) {
+  std::string r = "(";
+  for (size_t i = from; i < to; ++i) r += (i > from ? ", " : "") + names.name(ts[i]);
+  return r + (to - from == 1 ? ",)" : ")");
+}
+
+// One value by its name, several as a tuple.
 std::string outputs_str(const ProxyNames& names, const std::vector<Tensor>& outs) {
   if (outs.size() == 1) return names.name(outs[0]);
-  std::string r = "(";
-  for (size_t i = 0; i < outs.size(); ++i) r += (i ? ", " : "") + names.name(outs[i]);
-  return r + ")";
+  return tuple_str(names, outs, 0, outs.size());
 }
 
 // `used`: the proxies some top-level line reads or the trace returns.  An
@@ -96,9 +106,8 @@ void print_bsym(std::ostream& os, const ProxyNames& names, const BoundSymbol& b,
                 const std::unordered_set<int64_t>* used = nullptr) {
   std::string indent(2 + 2 * depth, ' ');
   if (!b.fusion_name.empty()) {
-    std::string outs = "(";
-    for (size_t i = 0; i < b.outputs.size(); ++i) outs += (i ? ", " : "") + names.name(b.outputs[i]);
-    os << indent << outs << ") = " << b.fusion_name << "(";
+    // A fusion returns a tuple, even of one value.
+    os << indent << tuple_str(names, b.outputs, 0, b.outputs.size()) << " = " << b.fusion_name << "(";
     for (size_t i = 0; i < b.fusion_inputs.size(); ++i) os << (i ? ", " : "") << names.name(b.fusion_inputs[i]);
     os << ")\n";
     for (const BoundSymbol& s : b.subsymbols) print_bsym(os, names, s, depth + 1);
@@ -155,26 +164,34 @@ std::string Trace::str() const {
     // Saved values and cotangents arrive as two collections, unpacked first.
     os << "def " << name << "(saved_for_backward, cotangents):\n"
        << "  # saved_for_backward: \"Collection\"\n  # cotangents: \"Collection\"\n"
-       << "  C0, = saved_for_backward\n"
+       << "  C0, C1 = saved_for_backward\n"
        << "  " << names_list(*names, inputs, split, inputs.size()) << ", = cotangents\n";
     if (split > 0) os << "  " << names_list(*names, inputs, 0, split) << ", = C0\n";
   } else {
     os << "def " << name << "(" << names_list(*names, inputs, 0, inputs.size()) << "):\n";
   }
   for (const Tensor& t : inputs) os << "  # " << type_comment(*names, t) << "\n";
-  for (const Guard& g : guards)
+  // A guard names the lines that compute its value, so the comment reads
+  // on its own: the trace's body never defines those values.
+  for (const Guard& g : guards) {
     os << "  # guard: " << names->name(g.value) << ".item() == " << python_float_repr(g.expected)
-       << " (other values trace again)\n";
+       << " (other values trace again)" << (g.bsyms.empty() ? "" : ", where") << "\n";
+    for (const BoundSymbol& b : g.bsyms)
+      os << "  #   " << outputs_str(*names, b.outputs) << " = " << call_str(*names, b.call, true) << "\n";
+  }
   std::unordered_set<int64_t> used;
   for (const BoundSymbol& b : bsyms)
     for (const Tensor& t : tensor_args(b)) used.insert(id_of(t));
   for (const Tensor& t : outputs) used.insert(id_of(t));
   for (const BoundSymbol& b : bsyms) print_bsym(os, *names, b, 0, &used);
   if (kind == Kind::AugmentedForward) {
-    std::string out = names_list(*names, outputs, 0, split);
-    os << "  return {'output': " << out << ", 'flat_args': [" << names_list(*names, inputs, 0, inputs.size())
-       << "], 'flat_output': (" << out << ",)}, ((" << names_list(*names, outputs, split, outputs.size())
-       << "), ())\n";
+    // Thunder's shape: the results, then what backward needs as two
+    // collections, tensors (C0) and scalars (C1; volt's backward traces hold
+    // their scalars as constants, so it is empty).
+    std::vector<Tensor> results(outputs.begin(), outputs.begin() + static_cast<std::ptrdiff_t>(split));
+    os << "  return {'output': " << outputs_str(*names, results) << ", 'flat_args': ["
+       << names_list(*names, inputs, 0, inputs.size()) << "], 'flat_output': " << tuple_str(*names, outputs, 0, split)
+       << "}, (" << tuple_str(*names, outputs, split, outputs.size()) << ", ())\n";
   } else {
     os << "  return " << outputs_str(*names, outputs) << "\n";
   }

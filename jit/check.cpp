@@ -1,0 +1,91 @@
+#include "jit/check.h"
+
+#include <sstream>
+#include <unordered_set>
+
+#include "tensor/custom_op.h"
+
+namespace volt::jit {
+
+namespace {
+
+struct Checker {
+  const ProxyNames* names;
+  std::string problem;
+
+  std::string name(const Tensor& t) const { return names ? names->name(t) : "#" + std::to_string(id_of(t)); }
+
+  bool fail(const std::string& what) {
+    if (problem.empty()) problem = what;
+    return false;
+  }
+
+  // Lines of one scope: `defined` holds what may be read, `deleted` what was.
+  bool lines(const std::vector<BoundSymbol>& bsyms, std::unordered_set<int64_t>& defined,
+             std::unordered_set<int64_t>& deleted, const std::string& where) {
+    for (const BoundSymbol& b : bsyms) {
+      const std::string line = where + (b.fusion_name.empty() ? std::string(op_name(b.call)) : b.fusion_name);
+      for (const Tensor& a : tensor_args(b)) {
+        if (deleted.count(id_of(a))) return fail(line + " reads " + name(a) + " after its del");
+        if (!defined.count(id_of(a))) return fail(line + " reads " + name(a) + ", which is not defined before it");
+      }
+      if (!b.subsymbols.empty() && !b.top_level_prim) {
+        // A fusion sees only its inputs; a decomposition what its op sees.
+        std::unordered_set<int64_t> inner, inner_deleted;
+        if (!b.fusion_name.empty()) {
+          for (const Tensor& a : b.fusion_inputs) inner.insert(id_of(a));
+        } else {
+          inner = defined;
+          inner_deleted = deleted;
+        }
+        if (!lines(b.subsymbols, inner, inner_deleted, line + " > ")) return false;
+        for (const Tensor& o : b.outputs)
+          if (!inner.count(id_of(o))) return fail(line + " returns " + name(o) + ", which its body never computes");
+      }
+      for (const Tensor& o : b.outputs)
+        if (!defined.insert(id_of(o)).second) return fail(line + " defines " + name(o) + " a second time");
+      for (const Tensor& d : b.del_after) {
+        if (!defined.count(id_of(d))) return fail(line + ": del of " + name(d) + ", which is not defined");
+        if (!deleted.insert(id_of(d)).second) return fail(line + ": " + name(d) + " is deleted twice");
+      }
+    }
+    return true;
+  }
+};
+
+const ProxyNames* names_in(const Trace& t) {
+  for (const std::vector<Tensor>* list : {&t.inputs, &t.outputs})
+    for (const Tensor& x : *list)
+      if (x.impl()->proxy_owner) return static_cast<const ProxyNames*>(x.impl()->proxy_owner);
+  return nullptr;
+}
+
+}  // namespace
+
+std::string trace_problem(const Trace& t) {
+  Checker c{names_in(t), {}};
+  std::unordered_set<int64_t> defined, deleted;
+  for (const Tensor& x : t.inputs)
+    if (!defined.insert(id_of(x)).second) return "input " + c.name(x) + " appears twice in the signature";
+  // A guard computes its value from the inputs alone.
+  for (const Guard& g : t.guards) {
+    std::unordered_set<int64_t> gd = defined, gdel;
+    if (!c.lines(g.bsyms, gd, gdel, "guard > ")) return c.problem;
+    if (!gd.count(id_of(g.value))) return "a guard reads " + c.name(g.value) + ", which its lines never compute";
+  }
+  if (!c.lines(t.bsyms, defined, deleted, "")) return c.problem;
+  std::vector<Tensor> returned = t.outputs;
+  if (t.kind == Trace::Kind::AugmentedForward) returned.insert(returned.end(), t.inputs.begin(), t.inputs.end());
+  for (const Tensor& o : returned) {
+    if (deleted.count(id_of(o))) return "the return names " + c.name(o) + " after its del";
+    if (!defined.count(id_of(o))) return "the return names " + c.name(o) + ", which is never defined";
+  }
+  return "";
+}
+
+void check_trace(const Trace& t) {
+  std::string p = trace_problem(t);
+  if (!p.empty()) throw Error("jit: the trace " + t.name + " (" + t.provenance + ") is not a valid program: " + p);
+}
+
+}  // namespace volt::jit

@@ -1,0 +1,22 @@
+#include "jit/pipeline.h"
+
+#include "jit/check.h"
+#include "jit/fusion.h"
+#include "jit/passes.h"
+#include "jit/tracer.h"
+
+namespace volt::jit {
+
+void compile_pipeline(std::vector<Trace>& list, ProxyNames& names, const std::vector<Executor*>& executors) {
+  list.push_back(claim_pass(list.back(), names, executors));
+  Trace fused = fusion_pass(list.back());
+  auto c0 = Clock::now();
+  compile_fusions(fused);
+  fused.millis += ms_since(c0);
+  list.push_back(std::move(fused));
+  list.push_back(del_last_used_pass(list.back()));
+  prepare(list.back());
+  for (const Trace& t : list) check_trace(t);
+}
+
+}  // namespace volt::jit
