@@ -509,6 +509,14 @@ SIM_EXPORT void volt_sim_syncthreads() {
 }
 
 // ============================================================= cudart
+// Libraries and kernels live as long as the process, as with the driver (the
+// API has no call that frees a kernel); kept here, they are not leaks.
+static void* owned(std::shared_ptr<void> p) {
+  static std::vector<std::shared_ptr<void>> all;
+  all.push_back(p);
+  return p.get();
+}
+
 extern "C" {
 
 cudaError_t cudaGetDeviceCount(int* count) {
@@ -785,23 +793,23 @@ cudaError_t cudaLibraryLoadData(cudaLibrary_t* library, const void* code, enum c
   const char* hex = c + header;
   const size_t digits = std::strlen(hex);
   if (bytes < 4 || bytes > (1ull << 32) || digits != 2 * bytes) return fail(cudaErrorInvalidKernelImage);
-  std::string lib(bytes, '\0');
+  std::string image(bytes, '\0');
   auto nibble = [](char h) { return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1; };
   for (size_t i = 0; i < bytes; ++i) {
     const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
     if (hi < 0 || lo < 0) return fail(cudaErrorInvalidKernelImage);
-    lib[i] = static_cast<char>(hi << 4 | lo);
+    image[i] = static_cast<char>(hi << 4 | lo);
   }
-  if (std::memcmp(lib.data(), "\x7f" "ELF", 4) != 0) return fail(cudaErrorInvalidKernelImage);
+  if (std::memcmp(image.data(), "\x7f" "ELF", 4) != 0) return fail(cudaErrorInvalidKernelImage);
   char path[] = "/tmp/volt_cudasim_XXXXXX";
   int fd = ::mkstemp(path);
   if (fd < 0) return fail(cudaErrorInvalidKernelImage);
-  bool ok = ::write(fd, lib.data(), lib.size()) == static_cast<ssize_t>(lib.size());
+  bool ok = ::write(fd, image.data(), image.size()) == static_cast<ssize_t>(image.size());
   ::close(fd);
   void* h = ok ? ::dlopen(path, RTLD_NOW | RTLD_LOCAL) : nullptr;
   ::unlink(path);
   if (!h) return fail(cudaErrorInvalidKernelImage);
-  auto* lib = new CUlib_st;
+  auto* lib = static_cast<CUlib_st*>(owned(std::make_shared<CUlib_st>()));
   lib->handle = h;
   lib->barriers = barriers != 0;
   *library = lib;
@@ -813,7 +821,7 @@ cudaError_t cudaLibraryGetKernel(cudaKernel_t* kernel, cudaLibrary_t library, co
   if (!library || !library->handle) return fail(cudaErrorInvalidResourceHandle);
   auto entry = reinterpret_cast<KernelEntry>(::dlsym(library->handle, (std::string("volt_sim_entry_") + name).c_str()));
   if (!entry) return fail(cudaErrorSymbolNotFound);
-  auto* k = new CUkern_st;
+  auto* k = static_cast<CUkern_st*>(owned(std::make_shared<CUkern_st>()));
   k->name = name;
   k->barriers = library->barriers;
   k->entry = entry;
