@@ -253,6 +253,7 @@ void SGD::step() {
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
+    p.mark_modified();  // written in place below, some paths through data_ptr
     Tensor g = grad_like(p);
     Tensor& buf = momentum_[i];
     follow_device(buf, p);
@@ -377,6 +378,7 @@ void Adam::step() {
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
+    p.mark_modified();  // written in place below, some paths through data_ptr
     Tensor g = grad_like(p);
     State& s = state_[i];
     follow_device(s.m, p);

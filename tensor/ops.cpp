@@ -143,8 +143,8 @@ Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length) {
   int64_t n = a.sizes()[dim];
   if (start < 0) start += n;
   VOLT_CHECK(start >= 0 && length >= 0 && start <= n && length <= n - start, "narrow",
-             "range [" << start << ", " << start + length << ") is out of bounds for dim " << dim
-                       << " of size " << n);
+             "range [" << start << ", " << static_cast<double>(start) + static_cast<double>(length)
+                       << ") is out of bounds for dim " << dim << " of size " << n);
   if (start == 0 && length == n) return a;
   Attrs at;
   at.ints = {dim, start, length};

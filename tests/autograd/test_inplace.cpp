@@ -3,6 +3,7 @@
 // to recorded tensors are recorded; overlapping destinations are refused.
 #include <doctest/doctest.h>
 
+#include "nn/optim.h"
 #include "tensor/ops.h"
 #include "tensor/tensor.h"
 
@@ -120,4 +121,21 @@ TEST_CASE("inplace: refused writes") {
   // Size-1 dims with stride 0 hold one element each: fine.
   Tensor one = Tensor::zeros({3}).unsqueeze(0).expand({1, 3});
   one.fill_(2.0);
+}
+
+TEST_CASE("inplace: an optimizer step is a write that saved tensors notice") {
+  // backward(retain_graph) then step then backward again: the graph saved the
+  // old weight, so the second backward is refused (as in PyTorch), not run on
+  // the new weight.
+  Tensor w = leaf({1, 2});
+  Tensor x = Tensor::from_vector<float>({3, 4});
+  Tensor loss = (w * x * w).sum();
+  loss.backward({}, /*retain_graph=*/true);
+  nn::SGD opt({w}, {.lr = 0.1});
+  opt.step();
+  CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("mul_backward"), Error);
+  nn::Adam adam({w});
+  const uint64_t before = w.version();
+  adam.step();
+  CHECK(w.version() > before);
 }

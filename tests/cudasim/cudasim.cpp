@@ -509,6 +509,14 @@ SIM_EXPORT void volt_sim_syncthreads() {
 }
 
 // ============================================================= cudart
+// Libraries and kernels live as long as the process, as with the driver (the
+// API has no call that frees a kernel); kept here, they are not leaks.
+static void* owned(std::shared_ptr<void> p) {
+  static std::vector<std::shared_ptr<void>> all;
+  all.push_back(p);
+  return p.get();
+}
+
 extern "C" {
 
 cudaError_t cudaGetDeviceCount(int* count) {
@@ -801,7 +809,7 @@ cudaError_t cudaLibraryLoadData(cudaLibrary_t* library, const void* code, enum c
   void* h = ok ? ::dlopen(path, RTLD_NOW | RTLD_LOCAL) : nullptr;
   ::unlink(path);
   if (!h) return fail(cudaErrorInvalidKernelImage);
-  auto* lib = new CUlib_st;
+  auto* lib = static_cast<CUlib_st*>(owned(std::make_shared<CUlib_st>()));
   lib->handle = h;
   lib->barriers = barriers != 0;
   *library = lib;
@@ -813,7 +821,7 @@ cudaError_t cudaLibraryGetKernel(cudaKernel_t* kernel, cudaLibrary_t library, co
   if (!library || !library->handle) return fail(cudaErrorInvalidResourceHandle);
   auto entry = reinterpret_cast<KernelEntry>(::dlsym(library->handle, (std::string("volt_sim_entry_") + name).c_str()));
   if (!entry) return fail(cudaErrorSymbolNotFound);
-  auto* k = new CUkern_st;
+  auto* k = static_cast<CUkern_st*>(owned(std::make_shared<CUkern_st>()));
   k->name = name;
   k->barriers = library->barriers;
   k->entry = entry;
