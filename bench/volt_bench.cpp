@@ -38,12 +38,15 @@
 #include <vector>
 
 #include "common.h"
+#include "cpu_figures.h"
 #include "data/dataset.h"
 #include "jit/jit.h"
 #include "nn/loss.h"
 #include "nn/mlp.h"
 #include "nn/optim.h"
 #include "tensor/backend.h"
+#include "tensor/cpu_gemm.h"
+#include "tensor/cpu_threads.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
@@ -89,6 +92,10 @@ struct Options {
   std::string data_dir;        // MNIST batches instead of synthetic ones
   int64_t first_call_batch = -1;  // internal: child process measuring one first call
   std::string first_call_device = "cpu";
+  // CPU figures (bench/cpu_figures.h)
+  int threads = 0;             // volt's and LibTorch's threads; 0: their defaults
+  bool busy = false;           // the busy-machine scenario
+  bool epoch = false;          // a full MNIST epoch per mode and batch (needs --data-dir)
 };
 
 const char* kUsage =
@@ -104,6 +111,9 @@ const char* kUsage =
     "  --libtorch PATH    the libtorch_bench binary to compare with (default: next to volt_bench)\n"
     "  --no-libtorch      do not run LibTorch\n"
     "  --pytorch PATH     also run bench/pytorch_bench.py (with $VOLT_PYTHON, default /usr/bin/python3)\n"
+    "  --threads N        CPU threads for volt and LibTorch (default: OMP_NUM_THREADS or all cores)\n"
+    "  --busy             also run an eager cell with 1 and 2 threads while 2 busy processes compete\n"
+    "  --epoch            with --data-dir: time a full epoch per mode and batch (the example's loop)\n"
     "  --json             print one JSON array instead of tables\n"
     "  --smoke            every cell, few steps, no LibTorch, no cold compile (for ./test.sh)\n"
     "  --help             this text\n";
@@ -173,6 +183,13 @@ Options parse_args(int argc, char** argv) {
       o.no_libtorch = true;
     } else if (arg == "--pytorch") {
       o.pytorch = next();
+    } else if (arg == "--threads") {
+      o.threads = int(to_int(arg, next()));
+      if (o.threads < 1) usage_error("--threads must be >= 1");
+    } else if (arg == "--busy") {
+      o.busy = true;
+    } else if (arg == "--epoch") {
+      o.epoch = true;
     } else if (arg == "--json") {
       o.json = true;
     } else if (arg == "--smoke") {
@@ -194,6 +211,7 @@ Options parse_args(int argc, char** argv) {
   for (int64_t b : o.batches)
     if (b < 1) usage_error("--batch: batch sizes must be >= 1");
   if (steps_given && o.steps < 1) usage_error("--steps must be >= 1");
+  if (o.epoch && o.data_dir.empty()) usage_error("--epoch needs --data-dir");
   if (o.smoke) {
     if (!steps_given) o.steps = 2;
     if (o.warmup < 0) o.warmup = 1;
@@ -709,11 +727,26 @@ void print_tables(const std::vector<Cell>& cells, const std::vector<Metric>& met
   }
 }
 
+// The machine's FMA peak with one and with all threads, and the seed model's
+// GEMMs at each batch as a fraction of the peak for the threads they use.
+void add_cpu_figures(const Options& o, std::vector<Metric>& metrics) {
+  const int threads = cpu::num_threads();
+  const double peak1 = bench_cpu::fma_peak_gflops(1), peak = bench_cpu::fma_peak_gflops(threads);
+  metrics.push_back({"fma_peak",
+                     {{"threads", 1.0}, {"gflops", peak1}},
+                     std::string("register-only FMA loop, ") + cpu::isa_name(cpu::isa()) + " vectors"});
+  if (threads > 1)
+    metrics.push_back({"fma_peak", {{"threads", double(threads)}, {"gflops", peak}}, "all threads at once"});
+  for (int64_t batch : o.batches)
+    for (auto& f : bench_cpu::gemm_shapes(batch, peak)) metrics.push_back({f.name, f.values, f.note});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Options o = parse_args(argc, argv);
   try {
+    if (o.threads > 0) cpu::set_num_threads(o.threads);
     if (o.first_call_batch > 0) return first_call_child(o);
 
     std::vector<Device> devices;
@@ -753,6 +786,7 @@ int main(int argc, char** argv) {
         if (!o.json) std::fprintf(stderr, "volt_bench: running %s\n", path.c_str());
         std::string cmd = "'" + path + "'";
         if (!o.eval) cmd += " --no-eval";
+        cmd += " --threads " + std::to_string(cpu::num_threads());
         for (Cell& c : run_baseline(cmd, o)) cells.push_back(c);
       } else if (!o.libtorch.empty()) {
         usage_error("--libtorch: cannot run " + o.libtorch);
@@ -788,8 +822,26 @@ int main(int argc, char** argv) {
           for (int64_t b : o.batches) metrics.push_back(measure_cublas_floor(b, o.smoke ? 2 : 50));
         }
 #endif
+      if (cpu_asked && !o.smoke) add_cpu_figures(o, metrics);
       metrics.push_back({"peak_rss", {{"mb", peak_rss_mb()}}, "host, whole run"});
     }
+
+    if (cpu_asked && o.busy) {
+      Options busy_o = o;
+      busy_o.eval = false;
+      std::vector<Metric> unused;
+      auto batches = synthetic_batches(64, kCPU);
+      auto cell = [&] { return run_cell("eager", kCPU, 64, batches, busy_o, unused)[0].steps_per_s(); };
+      for (auto& f : bench_cpu::busy_machine("eager training step, cpu, batch 64", 2, cell))
+        metrics.push_back({f.name, f.values, f.note});
+    }
+    if (o.epoch)
+      for (int64_t batch : o.batches)
+        for (const auto& mode : o.modes)
+          if (mode == "eager" || mode == "jit") {
+            auto f = bench_cpu::mnist_epoch(o.data_dir, mode, batch);
+            metrics.push_back({f.name, f.values, f.note});
+          }
 
     if (o.json) print_json(cells, metrics);
     else print_tables(cells, metrics, o);

@@ -37,7 +37,7 @@ const cpu::GemmKernels<T>& kernels() {
 // bias and ReLU come last), so C equals the naive loop c = fma(a, b, c) bit for
 // bit, whatever the number of threads or the instruction set.
 
-constexpr int64_t kPackDepth = 1024;                   // the most of k one block packs
+constexpr int64_t kPackDepth = 400;                    // the most of k one block packs
 constexpr int64_t kParallelWork = int64_t(1) << 21;    // multiply-adds worth threading
 
 // Copies the (rows, kc) block of X at x (element strides rs, cs) into panels of

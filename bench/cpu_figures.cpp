@@ -1,0 +1,218 @@
+// volt_bench's CPU figures (bench/cpu_figures.h).
+#include "cpu_figures.h"
+
+#include <immintrin.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "common.h"
+#include "data/dataloader.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "jit/jit.h"
+#include "nn/loss.h"
+#include "nn/mlp.h"
+#include "nn/optim.h"
+#include "tensor/cpu_gemm.h"
+#include "tensor/cpu_threads.h"
+#include "tensor/ops.h"
+#include "tensor/random.h"
+
+namespace volt::bench_cpu {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Each loop: `iters` rounds of 12 independent fused multiply-adds on 12
+// accumulators (3 x the FMA latency of 4 cycles on two pipes), nothing from
+// memory.  Returns the flops done.
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) double fma_loop_avx512(int64_t iters) {
+  __m512 acc[12], x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.9999999f);
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(float(i));
+  for (int64_t n = 0; n < iters; ++n)
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+  __m512 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, acc[i]);
+  alignas(64) float v[16];
+  _mm512_store_ps(v, s);
+  volatile float sink = v[0];
+  (void)sink;
+  return double(iters) * 12 * 16 * 2;
+}
+__attribute__((target("avx2,fma"))) double fma_loop_avx2(int64_t iters) {
+  __m256 acc[12], x = _mm256_set1_ps(1.0000001f), y = _mm256_set1_ps(0.9999999f);
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(float(i));
+  for (int64_t n = 0; n < iters; ++n)
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
+  __m256 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
+  alignas(32) float v[8];
+  _mm256_store_ps(v, s);
+  volatile float sink = v[0];
+  (void)sink;
+  return double(iters) * 12 * 8 * 2;
+}
+#endif
+
+double fma_loop(int64_t iters) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (cpu::isa() == cpu::Isa::avx512) return fma_loop_avx512(iters);
+  if (cpu::isa() == cpu::Isa::avx2) return fma_loop_avx2(iters);
+#endif
+  float acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = float(i);
+  for (int64_t n = 0; n < iters; ++n)
+    for (int i = 0; i < 12; ++i) acc[i] = std::fma(acc[i], 1.0000001f, 0.9999999f);
+  volatile float sink = acc[0] + acc[11];
+  (void)sink;
+  return double(iters) * 12 * 2;
+}
+
+// The median of `reps` timings of f, each repeated until it takes >= 20 ms.
+template <class F>
+double median_seconds_per_call(const F& f, int reps = 7) {
+  f();
+  std::vector<double> per_call;
+  for (int r = 0; r < reps; ++r) {
+    int64_t calls = 0;
+    const auto t0 = Clock::now();
+    double s = 0;
+    do {
+      f();
+      ++calls;
+    } while ((s = seconds_since(t0)) < 0.02);
+    per_call.push_back(s / double(calls));
+  }
+  std::sort(per_call.begin(), per_call.end());
+  return per_call[per_call.size() / 2];
+}
+
+}  // namespace
+
+double fma_peak_gflops(int threads) {
+  // The best of 4 rounds of ~0.15 s (a busy neighbour only ever lowers it; a
+  // virtual CPU that was idle can take milliseconds to start).
+  const int64_t iters = 50'000'000;
+  double best = 0;
+  for (int round = 0; round < 4; ++round) {
+    std::vector<double> flops(size_t(threads), 0);
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back([&, t] { flops[size_t(t)] = fma_loop(iters); });
+    flops[0] = fma_loop(iters);
+    for (auto& th : pool) th.join();
+    const double s = seconds_since(t0);
+    double total = 0;
+    for (double f : flops) total += f;
+    best = std::max(best, total / s / 1e9);
+  }
+  return best;
+}
+
+std::vector<Figure> gemm_shapes(int64_t batch, double peak_gflops) {
+  std::vector<Figure> out;
+  const int threads = cpu::num_threads();
+  for (auto [in, outf] : {std::pair<int64_t, int64_t>{784, 784}, {784, 28}, {28, 10}}) {
+    manual_seed(1);
+    Tensor x = Tensor::rand({batch, in}), w = Tensor::rand({outf, in}), b = Tensor::rand({outf}),
+           g = Tensor::rand({batch, outf});
+    struct Product {
+      const char* name;
+      std::function<Tensor()> run;
+    };
+    const Product products[] = {{"forward x W^T + b", [&] { return linear(x, w, b); }},
+                                {"input grad g W", [&] { return matmul(g, w); }},
+                                {"weight grad g^T x", [&] { return matmul(g.t(), x); }}};
+    for (const Product& p : products) {
+      const double s = median_seconds_per_call([&] { (void)p.run(); });
+      const double gflops = 2.0 * double(batch) * double(in) * double(outf) / s / 1e9;
+      out.push_back({"gemm_shape",
+                     {{"batch", double(batch)}, {"in", double(in)}, {"out", double(outf)}, {"threads", double(threads)},
+                      {"us", s * 1e6}, {"gflops", gflops}, {"fraction_of_peak", gflops / peak_gflops}},
+                     std::string(p.name) + ", " + cpu::isa_name(cpu::isa()) + " kernels"});
+    }
+  }
+  return out;
+}
+
+std::vector<Figure> busy_machine(const std::string& what, int busy, const std::function<double()>& cell) {
+  std::vector<Figure> out;
+  const int threads_before = cpu::num_threads();
+  double quiet[3] = {0, 0, 0}, loaded[3] = {0, 0, 0};
+  for (int t : {1, 2}) {
+    cpu::set_num_threads(t);
+    quiet[t] = cell();
+  }
+  std::vector<pid_t> children;
+  for (int i = 0; i < busy; ++i) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      volatile uint64_t spin = 0;
+      for (;;) spin = spin + 1;  // a busy loop until killed
+    }
+    if (pid > 0) children.push_back(pid);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (int t : {1, 2}) {
+    cpu::set_num_threads(t);
+    loaded[t] = cell();
+  }
+  for (pid_t pid : children) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  cpu::set_num_threads(threads_before);
+  for (int t : {1, 2})
+    out.push_back({"busy_machine",
+                   {{"threads", double(t)}, {"busy_processes", double(busy)}, {"quiet_steps_per_s", quiet[t]},
+                    {"busy_steps_per_s", loaded[t]}, {"busy_2_over_1", loaded[2] / loaded[1]}},
+                   what});
+  return out;
+}
+
+Figure mnist_epoch(const std::string& dir, const std::string& mode, int64_t batch) {
+  manual_seed(0);
+  data::MNIST train_set(dir, /*train=*/true);
+  data::DataLoader loader(train_set, batch, data::RandomSampler(train_set.size(), 0));
+  auto net = std::make_shared<nn::MLP>(784, std::vector<int64_t>{784, 784, 784, 28, 10}, /*bias=*/true,
+                                       /*dropout=*/0.1);
+  net->train();
+  std::function<Tensor(const Tensor&)> model = [net](const Tensor& x) { return (*net)(x); };
+  if (mode == "jit") {
+    auto f = std::make_shared<jit::JitFunction>(jit::jit(net));
+    model = [f](const Tensor& x) { return (*f)(x); };
+  }
+  nn::CrossEntropyLoss loss_fn;
+  nn::Adam optimizer(net->parameters(), {.lr = 1e-3});
+  const auto t0 = Clock::now();
+  int64_t steps = 0;
+  double loss_sum = 0;
+  for (const auto& [x, y] : loader) {
+    Tensor loss = loss_fn(model(x), y);
+    optimizer.zero_grad();
+    loss.backward();
+    optimizer.step();
+    loss_sum += loss.item<double>();
+    ++steps;
+  }
+  const double s = seconds_since(t0);
+  return {"mnist_epoch",
+          {{"batch", double(batch)}, {"threads", double(cpu::num_threads())}, {"seconds", s},
+           {"steps_per_s", double(steps) / s}, {"samples_per_s", double(steps * batch) / s},
+           {"mean_loss", loss_sum / double(std::max<int64_t>(steps, 1))}},
+          mode + ", the whole training set, examples/mnist_mlp's loop (first epoch includes the jit's compile)"};
+}
+
+}  // namespace volt::bench_cpu

@@ -1,0 +1,38 @@
+// volt_bench's CPU figures besides the matrix (bench/cpu_figures.cpp): the
+// machine's FMA peak, each GEMM of the seed model as a fraction of it, a cell
+// run while busy processes compete for the cores, and a full MNIST epoch.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace volt::bench_cpu {
+
+struct Figure {
+  std::string name;
+  std::vector<std::pair<std::string, double>> values;
+  std::string note;
+};
+
+// GFLOP/s of a register-only fused multiply-add loop on `threads` threads at
+// once, with the widest vectors the GEMM kernels use here.
+double fma_peak_gflops(int threads);
+
+// The seed model's GEMMs at `batch` (forward x W^T + b, input gradient g W,
+// weight gradient g^T x, for 784x784, 784x28 and 28x10): GFLOP/s and the
+// fraction of `peak_gflops`, with the current thread count.
+std::vector<Figure> gemm_shapes(int64_t batch, double peak_gflops);
+
+// Runs `cell` (it returns steps/s) with 1 and 2 threads while `busy` processes
+// spin on the CPU, and without them; one figure per thread count.
+std::vector<Figure> busy_machine(const std::string& what, int busy, const std::function<double()>& cell);
+
+// One epoch of examples/mnist_mlp's training loop on the MNIST in `dir`: a
+// shuffled DataLoader, forward, loss, zero_grad, backward, Adam's step and the
+// loss read back each step; `mode` eager or jit.
+Figure mnist_epoch(const std::string& dir, const std::string& mode, int64_t batch);
+
+}  // namespace volt::bench_cpu
