@@ -41,6 +41,7 @@
 #include "cpu_figures.h"
 #include "data/dataset.h"
 #include "jit/jit.h"
+#include "jit/step.h"
 #include "nn/loss.h"
 #include "nn/mlp.h"
 #include "nn/optim.h"
@@ -50,6 +51,7 @@
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
+#include "tensor/storage.h"
 
 #if __has_include("jit/lazy.h")
 #include "jit/lazy.h"
@@ -72,9 +74,9 @@ namespace {
 // ============================================================ options
 
 #ifdef VOLT_BENCH_LAZY
-const std::vector<std::string> kModes = {"eager", "jit", "lazy"};
+const std::vector<std::string> kModes = {"eager", "jit", "step", "lazy"};
 #else
-const std::vector<std::string> kModes = {"eager", "jit"};
+const std::vector<std::string> kModes = {"eager", "jit", "step"};
 #endif
 
 struct Options {
@@ -100,7 +102,8 @@ struct Options {
 
 const char* kUsage =
     "usage: volt_bench [options]\n"
-    "  --mode LIST        eager,jit,lazy (default: all modes this build has)\n"
+    "  --mode LIST        eager,jit,step,lazy (default: all modes this build has;\n"
+    "                     step: the whole training step compiled by volt::jit::compile_step)\n"
     "  --device LIST      cpu,cuda (default: both; cuda only when available)\n"
     "  --batch LIST       batch sizes (default 8,64,256,1024)\n"
     "  --steps N          timed steps per cell (default: until the median is stable)\n"
@@ -204,8 +207,8 @@ Options parse_args(int argc, char** argv) {
   }
   for (const auto& m : o.modes)
     if (std::find(kModes.begin(), kModes.end(), m) == kModes.end())
-      usage_error("--mode: unknown mode '" + m + "' (this build has eager, jit" +
-                  (kModes.size() > 2 ? ", lazy)" : ")"));
+      usage_error("--mode: unknown mode '" + m + "' (this build has eager, jit, step" +
+                  (kModes.size() > 3 ? ", lazy)" : ")"));
   for (const auto& d : o.devices)
     if (d != "cpu" && d != "cuda") usage_error("--device: unknown device '" + d + "' (cpu, cuda)");
   for (int64_t b : o.batches)
@@ -290,10 +293,13 @@ Runner make_runner(const std::string& mode, const std::shared_ptr<nn::MLP>& net,
   r.finish = [device](const Tensor&) { synchronize(device); };
   if (mode == "eager") {
     r.train = r.eval = [net](const Tensor& x) { return (*net)(x); };
-  } else if (mode == "jit") {
+  } else if (mode == "jit" || mode == "step") {
     // One jitted callable serves both: its cache keys on the training flag and grad mode.
+    // (step: run_cell compiles the whole training step around the plain module;
+    // evaluation goes through the module jit.)
     auto f = std::make_shared<jit::JitFunction>(jit::jit(net));
     r.train = r.eval = [f](const Tensor& x) { return (*f)(x); };
+    if (mode == "step") r.train = [net](const Tensor& x) { return (*net)(x); };
   }
 #ifdef VOLT_BENCH_LAZY
   else if (mode == "lazy") {
@@ -347,17 +353,42 @@ std::vector<Cell> run_cell(const std::string& mode, Device device, int64_t batch
   nn::CrossEntropyLoss loss_fn;
   nn::Adam opt(net->parameters(), {.lr = 1e-3});
   size_t k = 0;
-  auto train_step = [&] {
-    const Batch& b = batches[k++ % batches.size()];
-    Tensor loss = loss_fn(r.train(b.x), b.y);
+  auto body = [&](const Tensor& x, const Tensor& y) {
+    Tensor loss = loss_fn(r.train(x), y);
     opt.zero_grad();
     loss.backward();
     opt.step();
-    r.finish(loss);
+    return loss;
+  };
+  // step: the same body, compiled once into one planned program.
+  std::unique_ptr<jit::CompiledStep> compiled;
+  if (mode == "step")
+    compiled = std::make_unique<jit::CompiledStep>(
+        jit::compile_step(body, {.state = {*net, opt}, .reuse_outputs = true}));
+  auto train_step = [&] {
+    const Batch& b = batches[k++ % batches.size()];
+    r.finish(compiled ? (*compiled)(b.x, b.y) : body(b.x, b.y));
   };
   std::vector<Cell> cells;
   const std::string dev = device.is_cuda() ? "cuda" : "cpu";
+  const auto c0 = Clock::now();
+  train_step();  // the first step (compiles, for step and jit)
+  const double first_us = us_since(c0);
   cells.push_back({mode, dev, "train", batch, time_steps(train_step, o.steps, o.warmup)});
+  {
+    const uint64_t before = Storage::allocation_count();
+    for (int i = 0; i < 5; ++i) train_step();
+    metrics.push_back({"allocations_per_step",
+                       {{"batch", double(batch)}, {"allocations", double(Storage::allocation_count() - before) / 5}},
+                       mode + " " + dev + " training step: tensor allocations (Storage::allocate) per step"});
+    if (compiled)
+      metrics.push_back({"step_compile",
+                         {{"batch", double(batch)},
+                          {"compile_ms", compiled->last_compile_ms()},
+                          {"first_step_ms", first_us / 1e3},
+                          {"arena_mb", compiled->arena_bytes() / 1e6}},
+                         "compiled training step: passes (tracing to memory plan), first step, arena size"});
+  }
 #ifndef VOLT_WITH_CUDA
   (void)metrics;  // launches are counted on CUDA only
 #else
@@ -703,19 +734,20 @@ void print_tables(const std::vector<Cell>& cells, const std::vector<Metric>& met
       const Cell* e = find_cell(cells, "eager", dev, "train", b);
       const Cell* j = find_cell(cells, "jit", dev, "train", b);
       const Cell* l = find_cell(cells, "lazy", dev, "train", b);
+      const Cell* st = find_cell(cells, "step", dev, "train", b);
       const Cell* t = find_cell(cells, "libtorch", dev, "train", b);
-      if (!e || (!j && !l && !t)) continue;
+      if (!e || (!j && !l && !t && !st)) continue;
       if (!header) {
         std::printf("\ntraining step, speed ratios (steps/s; > 1: the first is faster)\n");
-        std::printf("%-6s %6s %10s %11s %15s %15s %15s\n", "device", "batch", "jit/eager", "lazy/eager",
-                    "eager/libtorch", "jit/libtorch", "lazy/libtorch");
+        std::printf("%-6s %6s %10s %11s %15s %15s %15s %10s %15s\n", "device", "batch", "jit/eager", "lazy/eager",
+                    "eager/libtorch", "jit/libtorch", "lazy/libtorch", "step/jit", "step/libtorch");
         header = true;
       }
       auto ratio = [](const Cell* a, const Cell* b) {
         return a && b ? a->steps_per_s() / b->steps_per_s() : std::nan("");
       };
-      std::printf("%-6s %6lld %10.2f %11.2f %15.2f %15.2f %15.2f\n", dev.c_str(), (long long)b, ratio(j, e),
-                  ratio(l, e), ratio(e, t), ratio(j, t), ratio(l, t));
+      std::printf("%-6s %6lld %10.2f %11.2f %15.2f %15.2f %15.2f %10.2f %15.2f\n", dev.c_str(), (long long)b,
+                  ratio(j, e), ratio(l, e), ratio(e, t), ratio(j, t), ratio(l, t), ratio(st, j), ratio(st, t));
     }
 
   if (!metrics.empty()) std::printf("\n");

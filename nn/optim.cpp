@@ -346,16 +346,22 @@ void Adam::traced_step() {
   step_.copy_(step_ + 1.0);
   const Tensor step_size = lr_ / (1.0 - pow(o.beta1, step_));
   const Tensor bias_correction2_sqrt = sqrt(1.0 - pow(o.beta2, step_));
+  // The constants, rounded once per dtype before any parameter's update, so a
+  // compiler can fuse the updates of same-shaped parameters into one pass.
+  std::vector<std::pair<DType, std::pair<Tensor, Tensor>>> constants;
+  for (const Tensor& p : params_)
+    if (p.grad().defined() && std::none_of(constants.begin(), constants.end(), [&](const auto& c) { return c.first == p.dtype(); }))
+      constants.push_back({p.dtype(), {(-step_size).to(p.dtype()), bias_correction2_sqrt.to(p.dtype())}});
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
     Tensor g = grad_like(p);
     State& s = state_[i];
+    const auto& c = std::find_if(constants.begin(), constants.end(), [&](const auto& k) { return k.first == p.dtype(); })->second;
     if (o.weight_decay != 0) g = g + o.weight_decay * p;
     s.m.copy_(s.m + (1.0 - o.beta1) * (g - s.m));
     s.v.copy_(s.v * o.beta2 + ((1.0 - o.beta2) * g) * g);
-    const Tensor neg_step_size = (-step_size).to(p.dtype());
-    p.copy_(p + (neg_step_size * s.m) / (sqrt(s.v) / bias_correction2_sqrt.to(p.dtype()) + o.eps));
+    p.copy_(p + (c.first * s.m) / (sqrt(s.v) / c.second + o.eps));
   }
 }
 

@@ -3,6 +3,7 @@
 //
 //   mnist_mlp                      # 1 epoch, batch 8, Adam lr 1e-3, seed 0, jit
 //   mnist_mlp --eager              # the same without the jit
+//   mnist_mlp --jit step           # the whole training step compiled (volt::jit::compile_step)
 //   mnist_mlp --limit-steps 500    # a quick run
 //
 // Flow, as in the seed: build MLP(784, [784, 784, 784, 28, 10], dropout=0.1),
@@ -18,9 +19,11 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include "jit/jit.h"
+#include "jit/step.h"
 
 #include "data/dataloader.h"
 #include "data/dataset.h"
@@ -48,6 +51,7 @@ struct Options {
   std::string device;  // empty: cuda when available, else cpu
   int64_t limit_steps = -1;  // training steps per epoch; -1 = all
   bool jit = true;
+  bool step = false;  // --jit step: compile the whole training step
 };
 
 const char* kUsage =
@@ -59,6 +63,8 @@ const char* kUsage =
     "  --data-dir PATH    MNIST files (default $VOLT_DATA_DIR or ~/.cache/volt/mnist)\n"
     "  --device cpu|cuda  (default cuda when available, else cpu)\n"
     "  --jit              run the module through volt::jit (default) and print its traces\n"
+    "  --jit step         compile the whole training step (forward, loss, backward, Adam)\n"
+    "                     with volt::jit::compile_step and print its trace\n"
     "  --eager            run the module eagerly\n"
     "  --limit-steps N    stop each epoch after N steps, for quick runs\n"
     "  --help             this text\n";
@@ -115,6 +121,9 @@ Options parse_args(int argc, char** argv) {
       o.jit = false;
     } else if (arg == "--jit") {
       o.jit = true;
+      std::string kind = has_inline ? value : i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0 ? argv[++i] : "module";
+      if (kind != "module" && kind != "step") usage_error("--jit " + kind + ": use module or step");
+      o.step = kind == "step";
     } else if (arg == "--limit-steps") {
       o.limit_steps = number(to_i64);
     } else {
@@ -200,11 +209,21 @@ void evaluate(const ModelFn& model, data::DataLoader& loader, Device device) {
               100.0 * correct / std::max<int64_t>(total, 1), (long long)correct, (long long)total);
 }
 
-// Returns false when the loss stopped being finite.
+// Returns false when the loss stopped being finite.  With --jit step the loop
+// body below is compiled once (volt::jit::compile_step) and `report` gets its trace.
 bool train(const ModelFn& model, nn::Module& net, data::DataLoader& loader, const Options& o,
-           Device device) {
+           Device device, std::string* report) {
   nn::CrossEntropyLoss loss_fn;
   nn::Adam optimizer(net.parameters(), {.lr = o.lr});
+  auto body = [&](const Tensor& x, const Tensor& y) {
+    Tensor loss = loss_fn(model(x), y);
+    optimizer.zero_grad();
+    loss.backward();
+    optimizer.step();
+    return loss;
+  };
+  std::unique_ptr<jit::CompiledStep> compiled;
+  if (o.step) compiled = std::make_unique<jit::CompiledStep>(jit::compile_step(body, {.state = {net, optimizer}}));
   for (int64_t epoch = 1; epoch <= o.epochs; ++epoch) {
     const int64_t total =
         o.limit_steps >= 0 ? std::min(o.limit_steps, loader.size()) : loader.size();
@@ -217,10 +236,7 @@ bool train(const ModelFn& model, nn::Module& net, data::DataLoader& loader, cons
     for (const auto& [x, y] : loader) {
       if (step == total) break;
       ++step;
-      Tensor loss = loss_fn(model(x.to(device)), y.to(device));
-      optimizer.zero_grad();
-      loss.backward();
-      optimizer.step();
+      Tensor loss = compiled ? (*compiled)(x.to(device), y.to(device)) : body(x.to(device), y.to(device));
       const double value = loss.item<double>();
       if (!std::isfinite(value)) {
         // On a terminal the progress line is still open: end it first.
@@ -235,6 +251,14 @@ bool train(const ModelFn& model, nn::Module& net, data::DataLoader& loader, cons
     std::printf("epoch %lld: %lld steps in %.2f s, %.1f steps/s, mean loss %.4f\n",
                 (long long)epoch, (long long)step, seconds, step / std::max(seconds, 1e-9),
                 loss_sum / std::max<int64_t>(step, 1));
+  }
+  if (compiled && report) {
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "jit: the training step compiled %lld time(s) in %.1f ms, %lld cache hits, arena %.1f MB\n",
+                  (long long)compiled->compiles(), compiled->last_compile_ms(), (long long)compiled->cache_hits(),
+                  compiled->arena_bytes() / 1e6);
+    *report = line + ("\nThis is the trace volt executed for the training step:\n" + compiled->last_trace_str());
   }
   return true;
 }
@@ -276,13 +300,20 @@ int main(int argc, char** argv) {
     evaluate(eval_model, test_loader, device);
 
     net->train().requires_grad_(true);
-    const bool finished = train(train_model, *net, train_loader, o, device);
+    std::string step_report;
+    // The compiled step traces the module itself (the module jit's callable is not traced into it).
+    const bool finished = train(o.step ? eager_model : train_model, *net, train_loader, o, device, &step_report);
     net->eval().requires_grad_(false);
     evaluate(eval_model, test_loader, device);
     if (!o.jit) return finished ? 0 : 1;
 
     std::cout << "The plain module shares the parameters, so it scores the same:\n";
     evaluate(eager_model, test_loader, device);
+    if (o.step) {
+      std::cout << step_report << "\nThis is the trace volt executed for eval's computation:\n"
+                << jit::last_traces(*jitted_eval).back().str();
+      return finished ? 0 : 1;
+    }
     auto stats = jit::compile_stats(*jitted_train);
     std::printf("jit: training compiled %lld time(s) in %.1f ms (%d fused kernels), %lld cache hits\n",
                 (long long)jit::cache_misses(*jitted_train), stats.total_ms, stats.fusions,
