@@ -5,14 +5,14 @@
 //   mnist_mlp --eager              # the same without the jit
 //   mnist_mlp --jit step           # the whole training step compiled (volt::jit::compile_step)
 //   mnist_mlp --limit-steps 500    # a quick run
+//   mnist_mlp --log-json run.jsonl --plot curves.svg --save ckpt   # what a run leaves behind
+//   mnist_mlp --resume ckpt        # goes on from a checkpoint, exactly as if never stopped
 //
 // Flow, as in the seed: build MLP(784, [784, 784, 784, 28, 10], dropout=0.1),
 // evaluate it untrained, train with Adam and cross-entropy on randomly sampled
 // batches, evaluate again.  The model is called through a ModelFn, so a
 // compiled (jitted) callable can take the eager module's place without
 // changing the loops.
-#include <unistd.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -22,12 +22,16 @@
 #include <memory>
 #include <string>
 
+#include <CLI/CLI.hpp>
+
+#include "common/training_log.h"
 #include "jit/jit.h"
 #include "jit/step.h"
 
 #include "data/dataloader.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "nn/checkpoint.h"
 #include "nn/loss.h"
 #include "nn/mlp.h"
 #include "nn/optim.h"
@@ -52,87 +56,45 @@ struct Options {
   int64_t limit_steps = -1;  // training steps per epoch; -1 = all
   bool jit = true;
   bool step = false;  // --jit step: compile the whole training step
+  std::string log_json, plot, save, resume;
 };
 
-const char* kUsage =
-    "usage: mnist_mlp [options]\n"
-    "  --epochs N         training epochs (default 1)\n"
-    "  --batch-size N     batch size for training and evaluation (default 8)\n"
-    "  --lr X             Adam learning rate (default 1e-3)\n"
-    "  --seed N           seed of the global generator and of the sampler (default 0)\n"
-    "  --data-dir PATH    MNIST files (default $VOLT_DATA_DIR or ~/.cache/volt/mnist)\n"
-    "  --device cpu|cuda  (default cuda when available, else cpu)\n"
-    "  --jit              run the module through volt::jit (default) and print its traces\n"
-    "  --jit step         compile the whole training step (forward, loss, backward, Adam)\n"
-    "                     with volt::jit::compile_step and print its trace\n"
-    "  --eager            run the module eagerly\n"
-    "  --limit-steps N    stop each epoch after N steps, for quick runs\n"
-    "  --help             this text\n";
-
 [[noreturn]] void usage_error(const std::string& message) {
-  std::cerr << "mnist_mlp: " << message << "\n" << kUsage;
+  std::cerr << "mnist_mlp: " << message << "\n(--help lists the options)\n";
   std::exit(2);
 }
 
-// Accepts "--flag value" and "--flag=value".
 Options parse_args(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i], value;
-    const bool has_inline = arg.find('=') != std::string::npos;
-    if (has_inline) {
-      value = arg.substr(arg.find('=') + 1);
-      arg = arg.substr(0, arg.find('='));
-    }
-    auto next = [&]() -> std::string {
-      if (has_inline) return value;
-      if (i + 1 >= argc) usage_error(arg + " needs a value");
-      return argv[++i];
-    };
-    auto number = [&](auto parse) {
-      std::string v = next();
-      try {
-        size_t used = 0;
-        auto n = parse(v, &used);
-        if (used != v.size()) throw std::invalid_argument(v);
-        return n;
-      } catch (const std::exception&) {
-        usage_error(arg + ": '" + v + "' is not a number");
-      }
-    };
-    auto to_i64 = [](const std::string& s, size_t* used) { return std::stoll(s, used); };
-    auto to_f64 = [](const std::string& s, size_t* used) { return std::stod(s, used); };
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else if (arg == "--epochs") {
-      o.epochs = number(to_i64);
-    } else if (arg == "--batch-size") {
-      o.batch_size = number(to_i64);
-    } else if (arg == "--lr") {
-      o.lr = number(to_f64);
-    } else if (arg == "--seed") {
-      o.seed = static_cast<uint64_t>(number(to_i64));
-    } else if (arg == "--data-dir") {
-      o.data_dir = next();
-    } else if (arg == "--device") {
-      o.device = next();
-    } else if (arg == "--eager") {
-      o.jit = false;
-    } else if (arg == "--jit") {
-      o.jit = true;
-      std::string kind = has_inline ? value : i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0 ? argv[++i] : "module";
-      if (kind != "module" && kind != "step") usage_error("--jit " + kind + ": use module or step");
-      o.step = kind == "step";
-    } else if (arg == "--limit-steps") {
-      o.limit_steps = number(to_i64);
-    } else {
-      usage_error("unknown option " + arg);
-    }
+  CLI::App app{"Trains torchvision's MLP on MNIST with volt (Thunder's MNIST tutorial in C++)", "mnist_mlp"};
+  app.add_option("--epochs", o.epochs, "training epochs")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--batch-size", o.batch_size, "batch size for training and evaluation")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "Adam learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--seed", o.seed, "seed of the global generator and of the sampler")->capture_default_str();
+  app.add_option("--data-dir", o.data_dir, "MNIST files ($VOLT_DATA_DIR or ~/.cache/volt/mnist)")
+      ->capture_default_str();
+  app.add_option("--device", o.device, "cpu or cuda (default: cuda when available, else cpu)");
+  std::string jit_kind;
+  app.add_option("--jit", jit_kind,
+                 "module (default): the module through volt::jit, printing its traces; step: the whole "
+                 "training step compiled with volt::jit::compile_step")
+      ->expected(0, 1)->default_str("module")->check(CLI::IsMember({"module", "step", ""}));
+  bool eager = false;
+  app.add_flag("--eager", eager, "run the module eagerly");
+  app.add_option("--limit-steps", o.limit_steps, "stop each epoch after N steps, for quick runs");
+  app.add_option("--log-json", o.log_json, "write one JSON object per logged step and per epoch to FILE");
+  app.add_option("--plot", o.plot, "draw the loss and accuracy curves into FILE.svg");
+  app.add_option("--save", o.save, "keep a checkpoint in DIR at the end of every epoch");
+  app.add_option("--resume", o.resume, "go on from the checkpoint in DIR");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
   }
-  if (o.epochs < 0) usage_error("--epochs must be >= 0");
-  if (o.batch_size < 1) usage_error("--batch-size must be >= 1");
-  if (!(o.lr > 0)) usage_error("--lr must be > 0");
+  o.jit = !eager;
+  o.step = o.jit && jit_kind == "step";
+  if (eager && app.count("--jit")) usage_error("--eager and --jit exclude each other");
   return o;
 }
 
@@ -151,70 +113,47 @@ Device pick_device(const std::string& name) {
   return d;
 }
 
-std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const int64_t s = static_cast<int64_t>(seconds + 0.5);
-  char buf[32];
-  if (s >= 3600)
-    std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)(s / 3600),
-                  (long long)(s / 60 % 60), (long long)(s % 60));
-  else
-    std::snprintf(buf, sizeof buf, "%lld:%02lld", (long long)(s / 60), (long long)(s % 60));
-  return buf;
-}
-
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// One line of training progress: rewritten in place on a terminal, else printed
-// as a plain line about every 10 % of the epoch (logs stay readable).
-class Progress {
- public:
-  explicit Progress(int64_t total) : total_(total), tty_(isatty(STDOUT_FILENO)) {}
-
-  void update(int64_t step, double mean_loss) {
-    const double elapsed = seconds_since(start_);
-    const bool last = step == total_;
-    if (tty_) {
-      if (!last && elapsed - last_print_ < 0.1) return;
-    } else {
-      const int64_t every = std::max<int64_t>(1, total_ / 10);
-      if (!last && step % every != 0) return;
-    }
-    last_print_ = elapsed;
-    const double rate = step / std::max(elapsed, 1e-9);
-    std::printf("%s  step %lld/%lld  loss %.4f  %.1f steps/s  ETA %s%s", tty_ ? "\r" : "",
-                (long long)step, (long long)total_, mean_loss, rate,
-                format_duration((total_ - step) / rate).c_str(), tty_ && !last ? "   " : "\n");
-    std::fflush(stdout);
-  }
-
- private:
-  int64_t total_;
-  bool tty_;
-  Clock::time_point start_ = Clock::now();
-  double last_print_ = -1;
+// What a run leaves behind besides its printed lines (--log-json, --plot).
+struct Record {
+  examples::JsonLog log;
+  examples::Curves curves;
 };
 
-void evaluate(const ModelFn& model, data::DataLoader& loader, Device device) {
+// Returns the accuracy in %, with a progress line while it runs.
+double evaluate(const ModelFn& model, data::DataLoader& loader, Device device) {
   NoGradGuard no_grad;
-  int64_t correct = 0, total = 0;
+  examples::Progress progress("eval", loader.size());
+  int64_t correct = 0, total = 0, batches = 0;
   for (const auto& [x, y] : loader) {
     Tensor guesses = model(x.to(device)).argmax(1);
     correct += static_cast<int64_t>(volt::eq(guesses, y.to(device)).sum().item<double>());
     total += y.size(0);
+    progress.update(++batches);
   }
-  std::printf("Correctly guessed %.2f %% of the dataset (%lld of %lld)\n",
-              100.0 * correct / std::max<int64_t>(total, 1), (long long)correct, (long long)total);
+  const double accuracy = 100.0 * correct / std::max<int64_t>(total, 1);
+  std::printf("Correctly guessed %.2f %% of the dataset (%lld of %lld)\n", accuracy, (long long)correct,
+              (long long)total);
+  return accuracy;
 }
 
 // Returns false when the loss stopped being finite.  With --jit step the loop
-// body below is compiled once (volt::jit::compile_step) and `report` gets its trace.
-bool train(const ModelFn& model, nn::Module& net, data::DataLoader& loader, const Options& o,
-           Device device, std::string* report) {
+// body below is compiled once (volt::jit::compile_step) and `report` gets its
+// trace.  After each epoch `after_epoch` evaluates; with --save a checkpoint
+// is kept, and with --resume the run goes on from one.
+bool train(const ModelFn& model, nn::Module& net, data::DataLoader& loader, const Options& o, Device device,
+           std::string* report, Record& record, const std::function<double()>& after_epoch) {
   nn::CrossEntropyLoss loss_fn;
   nn::Adam optimizer(net.parameters(), {.lr = o.lr});
+  nn::TrainingPosition start;
+  if (!o.resume.empty()) {
+    start = nn::load_checkpoint(o.resume, net, optimizer);
+    std::printf("resumed from %s: epoch %lld, after step %lld\n", o.resume.c_str(), (long long)start.epoch,
+                (long long)start.step);
+  }
   auto body = [&](const Tensor& x, const Tensor& y) {
     Tensor loss = loss_fn(model(x), y);
     optimizer.zero_grad();
@@ -224,33 +163,49 @@ bool train(const ModelFn& model, nn::Module& net, data::DataLoader& loader, cons
   };
   std::unique_ptr<jit::CompiledStep> compiled;
   if (o.step) compiled = std::make_unique<jit::CompiledStep>(jit::compile_step(body, {.state = {net, optimizer}}));
-  for (int64_t epoch = 1; epoch <= o.epochs; ++epoch) {
-    const int64_t total =
-        o.limit_steps >= 0 ? std::min(o.limit_steps, loader.size()) : loader.size();
-    std::printf("epoch %lld/%lld: %lld steps of batch %lld\n", (long long)epoch,
-                (long long)o.epochs, (long long)total, (long long)o.batch_size);
-    Progress progress(total);
+  auto* sampler = dynamic_cast<data::RandomSampler*>(&loader.sampler());
+  const int64_t per_epoch = o.limit_steps >= 0 ? std::min(o.limit_steps, loader.size()) : loader.size();
+  for (int64_t epoch = start.epoch; epoch <= o.epochs; ++epoch) {
+    if (sampler) sampler->set_epoch(epoch - 1);  // epoch e's order, whether resumed or not
+    const int64_t skip = epoch == start.epoch ? start.step : 0;
+    std::printf("epoch %lld/%lld: %lld steps of batch %lld\n", (long long)epoch, (long long)o.epochs,
+                (long long)per_epoch, (long long)o.batch_size);
+    examples::Progress progress("train", per_epoch - skip);
     const auto t0 = Clock::now();
     double loss_sum = 0;
-    int64_t step = 0;
+    int64_t step = 0, trained = 0;
     for (const auto& [x, y] : loader) {
-      if (step == total) break;
-      ++step;
+      if (step == per_epoch) break;
+      if (step++ < skip) continue;  // trained before the checkpoint
       Tensor loss = compiled ? (*compiled)(x.to(device), y.to(device)) : body(x.to(device), y.to(device));
       const double value = loss.item<double>();
       if (!std::isfinite(value)) {
-        // On a terminal the progress line is still open: end it first.
-        std::printf("%sloss became %f at step %lld of epoch %lld; stopping\n",
-                    isatty(STDOUT_FILENO) ? "\n" : "", value, (long long)step, (long long)epoch);
+        std::printf("\nloss became %f at step %lld of epoch %lld; stopping\n", value, (long long)step,
+                    (long long)epoch);
         return false;
       }
       loss_sum += value;
-      progress.update(step, loss_sum / step);
+      ++trained;
+      progress.update(trained, loss_sum / trained);
+      const double global = double((epoch - 1) * per_epoch + step);
+      if (record.log.enabled() && (step % 100 == 0 || step == per_epoch)) {
+        record.log.write({{"step", step}, {"epoch", epoch}, {"loss", value}, {"mean_loss", loss_sum / trained},
+                          {"lr", optimizer.lr()}, {"steps_per_s", trained / std::max(seconds_since(t0), 1e-9)}});
+      }
+      if (step % 10 == 0 || step == per_epoch) record.curves.loss.push_back({global, loss_sum / trained});
     }
     const double seconds = seconds_since(t0);
-    std::printf("epoch %lld: %lld steps in %.2f s, %.1f steps/s, mean loss %.4f\n",
-                (long long)epoch, (long long)step, seconds, step / std::max(seconds, 1e-9),
-                loss_sum / std::max<int64_t>(step, 1));
+    std::printf("epoch %lld: %lld steps in %.2f s, %.1f steps/s, mean loss %.4f\n", (long long)epoch,
+                (long long)trained, seconds, trained / std::max(seconds, 1e-9),
+                loss_sum / std::max<int64_t>(trained, 1));
+    const double accuracy = after_epoch();
+    record.curves.accuracy.push_back({double(epoch), accuracy});
+    record.log.write({{"epoch", epoch}, {"accuracy", accuracy}, {"seconds", seconds},
+                      {"mean_loss", loss_sum / std::max<int64_t>(trained, 1)}});
+    if (!o.save.empty()) {
+      nn::save_checkpoint(o.save, net, optimizer, {epoch + 1, 0});
+      std::printf("checkpoint: %s (resume with --resume %s)\n", o.save.c_str(), o.save.c_str());
+    }
   }
   if (compiled && report) {
     char line[200];
@@ -299,21 +254,40 @@ int main(int argc, char** argv) {
     net->eval().requires_grad_(false);
     evaluate(eval_model, test_loader, device);
 
+    Record record;
+    if (!o.log_json.empty()) record.log = examples::JsonLog(o.log_json);
+    // Each epoch ends with an evaluation (the last one is the seed's final one).
+    auto after_epoch = [&] {
+      net->eval().requires_grad_(false);
+      const double accuracy = evaluate(eval_model, test_loader, device);
+      net->train().requires_grad_(true);
+      return accuracy;
+    };
     net->train().requires_grad_(true);
     std::string step_report;
     // The compiled step traces the module itself (the module jit's callable is not traced into it).
-    const bool finished = train(o.step ? eager_model : train_model, *net, train_loader, o, device, &step_report);
+    const bool finished = train(o.step ? eager_model : train_model, *net, train_loader, o, device, &step_report,
+                                record, after_epoch);
     net->eval().requires_grad_(false);
-    evaluate(eval_model, test_loader, device);
+    if (record.curves.accuracy.empty()) {  // no epoch was left to train (--epochs 0, or resumed at the end)
+      std::printf("no training epoch left to run\n");
+      evaluate(eval_model, test_loader, device);
+    }
+    if (!o.plot.empty()) {
+      examples::write_svg(record.curves, o.plot);
+      std::printf("curves: %s\n", o.plot.c_str());
+    }
     if (!o.jit) return finished ? 0 : 1;
 
     std::cout << "The plain module shares the parameters, so it scores the same:\n";
     evaluate(eager_model, test_loader, device);
     if (o.step) {
+      if (step_report.empty()) return finished ? 0 : 1;
       std::cout << step_report << "\nThis is the trace volt executed for eval's computation:\n"
                 << jit::last_traces(*jitted_eval).back().str();
       return finished ? 0 : 1;
     }
+    if (jit::cache_misses(*jitted_train) == 0) return finished ? 0 : 1;  // it never ran: no trace to show
     auto stats = jit::compile_stats(*jitted_train);
     std::printf("jit: training compiled %lld time(s) in %.1f ms (%d fused kernels), %lld cache hits\n",
                 (long long)jit::cache_misses(*jitted_train), stats.total_ms, stats.fusions,
