@@ -12,7 +12,10 @@
 #include <string>
 #include <vector>
 
+#include <filesystem>
+
 #include "data/idx.h"
+#include "jit/kernel_cache.h"
 #include "nn/sequential.h"
 #include "nn/serialize.h"
 
@@ -105,6 +108,43 @@ inline int safetensors(const uint8_t* data, size_t size) {
     }
   } catch (const Error&) {
   }
+  return 0;
+}
+
+// The input as the .key file of a kernel cache entry beside a small library:
+// the check made before a cached library is loaded must give a reason to
+// refuse it, unless the file is exactly this entry's (it then holds the key).
+inline const std::string kKernelFuzzKey = "volt fuzz key\nint k() { return 1; }\n";
+inline std::filesystem::path kernel_fuzz_library() {
+  namespace fs = std::filesystem;
+  static const fs::path dir = fs::temp_directory_path() / ("volt-fuzz-kernels-" + std::to_string(::getpid()));
+  static const fs::path lib = [] {
+    fs::create_directories(dir);
+    const fs::path p = dir / "cpu_fuzz.so";
+    std::FILE* f = std::fopen(p.c_str(), "wb");
+    if (!f) throw std::runtime_error("cannot write " + p.string());
+    const char bytes[64] = "\x7f" "ELF: 64 bytes standing for a compiled kernel library";
+    std::fwrite(bytes, 1, sizeof bytes, f);
+    std::fclose(f);
+    return p;
+  }();
+  return lib;
+}
+
+inline int kernel_key(const uint8_t* data, size_t size) {
+  const std::filesystem::path lib = kernel_fuzz_library();
+  std::filesystem::path key = lib;
+  key.replace_extension(".key");
+  std::FILE* f = std::fopen(key.c_str(), "wb");
+  if (!f) return 0;
+  if (size > 0) std::fwrite(data, 1, size, f);
+  std::fclose(f);
+  const std::string problem = jit::kernel_cache_problem(lib, kKernelFuzzKey);
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  // Accepted only with the whole key at the end of the file.
+  if (problem.empty() && (text.size() < kKernelFuzzKey.size() ||
+                          text.compare(text.size() - kKernelFuzzKey.size(), kKernelFuzzKey.size(), kKernelFuzzKey) != 0))
+    std::abort();
   return 0;
 }
 
