@@ -3,7 +3,7 @@
 #
 #   tests/fuzz/run_fuzz.sh idx_raw 600      # target, seconds
 #
-# Targets: idx_raw, idx_gzip, safetensors (tests/fuzz/targets.h).  The run
+# Targets: idx_raw, idx_gzip, safetensors, kernel_key (tests/fuzz/targets.h).  The run
 # starts from the seeds in tests/fuzz/corpus/<target> and grows a scratch
 # corpus in build-fuzz/corpus/<target>; a crashing input is written to
 # tests/fuzz/crashes/<target>/, from where every ./test.sh replays it.
