@@ -1,5 +1,7 @@
 #include "nn/serialize.h"
 
+#include <nlohmann/json.hpp>
+
 #include <bit>
 #include <cctype>
 #include <cstring>
@@ -78,161 +80,32 @@ float half_to_float(uint16_t h) {
 // bfloat16 is the top half of a float.
 float bf16_to_float(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
 
-// ---- a small JSON reader, enough for a safetensors header ----
+// ---- the header's JSON (nlohmann::json), refusing what the reference reader refuses ----
 
-struct Json {
-  enum class Kind { Null, Bool, Number, String, Array, Object } kind = Kind::Null;
-  std::string text;  // String: the decoded text; Number: the literal as written
-  // An object's members as two lists (a pair<string, Json> would need Json
-  // complete here; vector alone may hold an incomplete type).
-  std::vector<Json> items;  // Array: the elements; Object: the values
-  std::vector<std::string> keys;
+using Json = nlohmann::ordered_json;  // in file order: load_tensors keeps it
 
-  const Json* find(const std::string& key) const {
-    for (size_t i = 0; i < keys.size(); ++i)
-      if (keys[i] == key) return &items[i];
-    return nullptr;
-  }
-};
-
-class JsonReader {
- public:
-  JsonReader(std::string_view s, std::string context) : s_(s), context_(std::move(context)) {}
-
-  Json document() {
-    Json v = value(0);
-    skip_space();
-    if (pos_ != s_.size()) fail("unexpected text after the JSON object");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw Error(context_ + "bad header: " + what + " at byte " + std::to_string(pos_));
-  }
-  void skip_space() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\r' ||
-                                s_[pos_] == '\t'))
-      ++pos_;
-  }
-  char peek() {
-    skip_space();
-    if (pos_ >= s_.size()) fail("unexpected end of JSON");
-    return s_[pos_];
-  }
-  void expect(char c) {
-    if (peek() != c) fail(std::string("expected '") + c + "'");
-    ++pos_;
-  }
-  bool consume(char c) {
-    if (peek() != c) return false;
-    ++pos_;
-    return true;
-  }
-  bool literal(std::string_view word) {
-    if (s_.substr(pos_, word.size()) != word) return false;
-    pos_ += word.size();
-    return true;
-  }
-
-  Json value(int depth) {
-    if (depth > 16) fail("nesting too deep");
-    Json v;
-    const char c = peek();
-    if (c == '{') {
-      v.kind = Json::Kind::Object;
-      ++pos_;
-      bool first = true;
-      while (!consume('}')) {
-        if (!first) expect(',');
-        first = false;
-        if (peek() != '"') fail("expected a key");
-        v.keys.push_back(string());
-        expect(':');
-        v.items.push_back(value(depth + 1));
-      }
-    } else if (c == '[') {
-      v.kind = Json::Kind::Array;
-      ++pos_;
-      bool first = true;
-      while (!consume(']')) {
-        if (!first) expect(',');
-        first = false;
-        v.items.push_back(value(depth + 1));
-      }
-    } else if (c == '"') {
-      v.kind = Json::Kind::String;
-      v.text = string();
-    } else if (c == '-' || (c >= '0' && c <= '9')) {
-      v.kind = Json::Kind::Number;
-      const size_t start = pos_;
-      while (pos_ < s_.size() && std::strchr("+-.eE0123456789", s_[pos_])) ++pos_;
-      v.text = std::string(s_.substr(start, pos_ - start));
-    } else if (literal("true") || literal("false")) {
-      v.kind = Json::Kind::Bool;
-    } else if (!literal("null")) {
-      fail(std::string("unexpected character '") + c + "'");
+// Parses the header; a name given twice in one object, or nesting deeper than a
+// header needs, is an error (nlohmann::json alone would keep the last duplicate).
+Json parse_header(std::string_view text, const std::string& ctx) {
+  std::vector<std::set<std::string>> keys;  // one set per open object
+  auto check = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (depth > 16) throw Error(ctx + "bad header: nesting too deep");
+    if (event == Json::parse_event_t::object_start) keys.emplace_back();
+    if (event == Json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    if (event == Json::parse_event_t::key && !keys.empty()) {
+      const std::string& name = parsed.get_ref<const std::string&>();
+      if (!keys.back().insert(name).second) throw Error(ctx + "bad header: the name '" + name + "' appears twice");
     }
-    return v;
+    return true;
+  };
+  try {
+    return Json::parse(text.begin(), text.end(), check);
+  } catch (const Json::exception& e) {
+    throw Error(ctx + "bad header: " + e.what());
   }
-
-  std::string string() {
-    expect('"');
-    std::string out;
-    while (true) {
-      if (pos_ >= s_.size()) fail("unterminated string");
-      char c = s_[pos_++];
-      if (c == '"') return out;
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= s_.size()) fail("unterminated string");
-      char e = s_[pos_++];
-      switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'u': {
-          unsigned code = 0;
-          for (int k = 0; k < 4; ++k, ++pos_) {
-            if (pos_ >= s_.size() || !std::isxdigit(static_cast<unsigned char>(s_[pos_])))
-              fail("bad \\u escape");
-            code = code * 16 + std::stoul(std::string(1, s_[pos_]), nullptr, 16);
-          }
-          // Names are ASCII in practice; encode the BMP code point as UTF-8.
-          if (code < 0x80) {
-            out += static_cast<char>(code);
-          } else if (code < 0x800) {
-            out += static_cast<char>(0xC0 | (code >> 6));
-            out += static_cast<char>(0x80 | (code & 0x3F));
-          } else {
-            out += static_cast<char>(0xE0 | (code >> 12));
-            out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (code & 0x3F));
-          }
-          break;
-        }
-        default: out += e;  // \" \\ \/
-      }
-    }
-  }
-
-  std::string_view s_;
-  std::string context_;
-  size_t pos_ = 0;
-};
-
-std::string json_quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
 }
+
+std::string json_quote(const std::string& s) { return Json(s).dump(); }
 
 // ---- the file ----
 
@@ -258,21 +131,18 @@ const char* stored_name(const Entry& e) {
   return e.stored == Stored::f16 ? "F16" : e.stored == Stored::bf16 ? "BF16" : st_dtype_name(e.dtype);
 }
 
-std::string shape_text(const std::vector<Json>& dims) {
+std::string shape_text(const Json& dims) {
   std::string r;
-  for (size_t i = 0; i < dims.size(); ++i) r += (i ? ", " : "") + dims[i].text;
+  for (size_t i = 0; i < dims.size(); ++i) r += (i ? ", " : "") + dims[i].dump();
   return r;
 }
 
 uint64_t to_u64(const Json& j, const std::string& ctx, const std::string& what) {
-  if (j.kind != Json::Kind::Number || j.text.empty() || j.text[0] == '-' ||
-      j.text.find_first_not_of("0123456789") != std::string::npos)
-    throw Error(ctx + "bad header: " + what + " must be a non-negative integer");
-  try {
-    return std::stoull(j.text);
-  } catch (const std::exception&) {
-    throw Error(ctx + "bad header: " + what + " is out of range");
+  if (!j.is_number_unsigned()) {
+    const bool big = j.is_number_float() && j.get<double>() >= 0 && std::floor(j.get<double>()) == j.get<double>();
+    throw Error(ctx + "bad header: " + what + (big ? " is out of range" : " must be a non-negative integer"));
   }
+  return j.get<uint64_t>();
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {
@@ -301,42 +171,39 @@ SafetensorsFile read_safetensors(const std::string& path) {
   f.data_start = 8 + n;
   const uint64_t data_size = size - f.data_start;
 
-  Json header = JsonReader(std::string_view(f.bytes.data() + 8, n), ctx).document();
-  if (header.kind != Json::Kind::Object) throw Error(ctx + "bad header: not a JSON object");
-  std::set<std::string> names;
-  for (size_t i = 0; i < header.keys.size(); ++i) {
-    const std::string& name = header.keys[i];
-    const Json& v = header.items[i];
-    if (!names.insert(name).second) throw Error(ctx + "bad header: the name '" + name + "' appears twice");
+  const Json header = parse_header(std::string_view(f.bytes.data() + 8, n), ctx);
+  if (!header.is_object()) throw Error(ctx + "bad header: not a JSON object");
+  for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") continue;
     const std::string what = "tensor '" + name + "'";
-    if (v.kind != Json::Kind::Object) throw Error(ctx + "bad header: " + what + " is not an object");
-    const Json* dtype = v.find("dtype");
-    const Json* shape = v.find("shape");
-    const Json* offsets = v.find("data_offsets");
-    if (!dtype || !shape || !offsets)
+    if (!v.is_object()) throw Error(ctx + "bad header: " + what + " is not an object");
+    if (!v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
       throw Error(ctx + "bad header: " + what + " needs dtype, shape and data_offsets");
+    const Json* dtype = &v["dtype"];
+    const Json* shape = &v["shape"];
+    const Json* offsets = &v["data_offsets"];
     Entry e;
     e.name = name;
-    if (dtype->kind != Json::Kind::String || !st_dtype_from_name(dtype->text, e.dtype, e.stored))
-      throw Error(ctx + "bad header: " + what + " has unsupported dtype '" + dtype->text + "'");
-    if (shape->kind != Json::Kind::Array) throw Error(ctx + "bad header: " + what + " shape is not a list");
+    if (!dtype->is_string() || !st_dtype_from_name(dtype->get<std::string>(), e.dtype, e.stored))
+      throw Error(ctx + "bad header: " + what + " has unsupported dtype '" +
+                  (dtype->is_string() ? dtype->get<std::string>() : dtype->dump()) + "'");
+    if (!shape->is_array()) throw Error(ctx + "bad header: " + what + " shape is not a list");
     // The byte count, every product checked: a wrapped count would let a huge
     // shape pass with a few bytes of data behind it.
     uint64_t nbytes = stored_size(e);
-    for (const Json& d : shape->items) {
+    for (const Json& d : *shape) {
       const uint64_t size = to_u64(d, ctx, what + " shape");
       if (size > uint64_t(INT64_MAX) || (size != 0 && nbytes > uint64_t(INT64_MAX) / size)) {
-        throw Error(ctx + "bad header: " + what + " shape [" + shape_text(shape->items) +
+        throw Error(ctx + "bad header: " + what + " shape [" + shape_text(*shape) +
                     "] has more bytes than a 64-bit size can count");
       }
       nbytes *= size;
       e.shape.push_back(static_cast<int64_t>(size));
     }
-    if (offsets->kind != Json::Kind::Array || offsets->items.size() != 2)
+    if (!offsets->is_array() || offsets->size() != 2)
       throw Error(ctx + "bad header: " + what + " data_offsets must be [begin, end]");
-    e.begin = to_u64(offsets->items[0], ctx, what + " data_offsets");
-    e.end = to_u64(offsets->items[1], ctx, what + " data_offsets");
+    e.begin = to_u64((*offsets)[0], ctx, what + " data_offsets");
+    e.end = to_u64((*offsets)[1], ctx, what + " data_offsets");
     if (e.end < e.begin || e.end - e.begin != nbytes)
       throw Error(ctx + "bad header: " + what + " data_offsets [" + std::to_string(e.begin) +
                   ", " + std::to_string(e.end) + "] do not hold " + std::to_string(nbytes) +
