@@ -26,8 +26,6 @@ int64_t Window2d::out_size(int d, int64_t n, const char* op) const {
 
 namespace {
 
-const char* window_op_name(OpId op) { return op_name(op); }
-
 void check_window(const Window2d& w, const char* op) {
   for (int d = 0; d < 2; ++d) {
     VOLT_CHECK(w.kernel[d] > 0, op, "kernel size must be positive, got (" << w.kernel[0] << ", " << w.kernel[1] << ")");
@@ -55,7 +53,7 @@ Tensor call1(OpId op, std::vector<Value> args, std::vector<int64_t> ints) {
 }  // namespace
 
 std::vector<TensorMeta> window_meta(const OpCall& call) {
-  const char* op = window_op_name(call.op);
+  const char* op = op_name(call.op);
   const size_t nargs = call.op == OpId::max_pool2d_backward ? 2 : 1;
   VOLT_CHECK(call.args.size() == nargs, op, "expected " << nargs << " tensor arguments, got " << call.args.size());
   for (const Value& v : call.args) VOLT_CHECK(v.is_tensor, op, "expected tensor arguments, got a scalar");

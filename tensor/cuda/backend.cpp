@@ -12,6 +12,7 @@
 #include "tensor/backend.h"
 #include "tensor/cuda/allocator.h"
 #include "tensor/cuda/backend.h"
+#include "tensor/cuda/conv.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/ops.h"
@@ -322,6 +323,9 @@ class CudaBackend final : public Backend {
         if (call.op == OpId::matmul) cublas_matmul(call.args[0].tensor, call.args[1].tensor, out);
         else cublas_linear(call.args[0].tensor, call.args[1].tensor,
                            call.args.size() == 3 ? &call.args[2].tensor : nullptr, out);
+        return;
+      case OpKind::Window:
+        run_window(call, out);
         return;
       case OpKind::Composite:
         VOLT_CHECK(fuses(call.op), info.name, "is a composite op without a fused CUDA kernel");
