@@ -232,9 +232,6 @@ StepTraceResult trace_step(const CompiledStep::Fn& fn, const std::vector<Tensor>
     arg_proxies.push_back(p);
   }
 
-  // Section boundaries: forward until backward() starts (its seed is the first
-  // op recorded after the last op that needed grad), optimizer from the first
-  // op after the last gradient is made.
   std::vector<Tensor> outs, constant_proxies;
   std::vector<BoundSymbol> bsyms = record(names, [&] {
     StepMode mode(names, current_mode());
@@ -280,10 +277,10 @@ StepTraceResult trace_step(const CompiledStep::Fn& fn, const std::vector<Tensor>
                                                                     static_cast<uint64_t>(shape_numel(p.call.attrs.ints)));
   r.trace.provenance = "Tracing the training step";
 
-  // Sections, by the top-level bound symbols: backward begins with the first
-  // one that depends on no traced input yet came after the loss (the seed of
-  // backward()); optimizer after the last one a gradient depends on; loss
-  // after the forward's last use of a state tensor that requires grad.
+  // Sections, by the top-level bound symbols: backward begins right after the
+  // loss is made (with the seed of backward()); optimizer after the last one
+  // a gradient depends on; loss at the first op reading the target (an
+  // argument after the first), else after the last use of a parameter.
   const std::vector<BoundSymbol>& b = r.trace.bsyms;
   std::unordered_map<int64_t, size_t> producer;
   for (size_t i = 0; i < b.size(); ++i)
@@ -300,6 +297,18 @@ StepTraceResult trace_step(const CompiledStep::Fn& fn, const std::vector<Tensor>
   for (size_t i = 0; i < b.size() && static_cast<std::ptrdiff_t>(i) <= loss_at; ++i)
     for (const Tensor& a : tensor_args(b[i]))
       if (grad_params.count(id_of(a))) loss_begin = i + 1;
+  // With a target among the arguments (any after the first), the loss begins
+  // at the first op reading it.
+  std::unordered_set<int64_t> targets;
+  for (size_t i = 1; i < arg_proxies.size(); ++i) targets.insert(id_of(arg_proxies[i]));
+  for (size_t i = 0; i < b.size() && static_cast<std::ptrdiff_t>(i) <= loss_at && !targets.empty(); ++i) {
+    bool reads = false;
+    for (const Tensor& a : tensor_args(b[i])) reads = reads || targets.count(id_of(a)) > 0;
+    if (reads) {
+      loss_begin = i;
+      break;
+    }
+  }
   backward_begin = static_cast<size_t>(loss_at + 1);
   // The last bound symbol a gradient depends on.
   std::unordered_set<int64_t> needed(grad_ids.begin(), grad_ids.end());

@@ -226,6 +226,11 @@ std::vector<Optimizer::RunTimeScalar> SGD::run_time_scalars() {
 // The rule of step() as volt ops, read by a tracer; the learning rate is lr_.
 void SGD::traced_step() {
   const auto& o = options_;
+  // -lr rounded once per dtype before any update (same-shaped updates can then fuse).
+  std::vector<std::pair<DType, Tensor>> neg_lr;
+  for (const Tensor& p : params_)
+    if (p.grad().defined() && std::none_of(neg_lr.begin(), neg_lr.end(), [&](const auto& c) { return c.first == p.dtype(); }))
+      neg_lr.push_back({p.dtype(), (-lr_).to(p.dtype())});
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
@@ -235,7 +240,8 @@ void SGD::traced_step() {
       momentum_[i].copy_(momentum_[i] * o.momentum + g);
       g = momentum_[i];
     }
-    p.copy_(p + (-lr_).to(p.dtype()) * g);
+    const Tensor& step = std::find_if(neg_lr.begin(), neg_lr.end(), [&](const auto& c) { return c.first == p.dtype(); })->second;
+    p.copy_(p + step * g);
   }
 }
 
