@@ -29,6 +29,9 @@ namespace {
 // gap between two GEMMs of a training step, short enough that a waiting thread
 // costs a busy machine little.
 constexpr int64_t kSpinMicros = 50;
+// A region holds at most this many tasks (more run serially; parallel_for
+// makes a few per thread).
+constexpr int64_t kMaxTasks = 0xffff;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -79,7 +82,7 @@ class Pool {
   void run(int64_t tasks, void (*fn)(const void*, int64_t), const void* ctx) {
     std::unique_lock<std::mutex> lock(run_mutex_, std::try_to_lock);
     const int threads = threads_.load(std::memory_order_relaxed);
-    if (tasks <= 1 || threads <= 1 || in_region || !lock.owns_lock() || tasks >= (int64_t(1) << 31)) {
+    if (tasks <= 1 || threads <= 1 || in_region || !lock.owns_lock() || tasks > kMaxTasks) {
       for (int64_t t = 0; t < tasks; ++t) fn(ctx, t);
       return;
     }
@@ -87,13 +90,12 @@ class Pool {
     active_.store(threads - 1, std::memory_order_relaxed);
     fn_.store(fn, std::memory_order_relaxed);
     ctx_.store(ctx, std::memory_order_relaxed);
-    tasks_.store(tasks, std::memory_order_relaxed);
     remaining_.store(int32_t(tasks), std::memory_order_relaxed);
 #ifdef VOLT_POOL_MXCSR
     csr_.store(_mm_getcsr(), std::memory_order_relaxed);  // flush-to-zero and rounding, as the caller has them
 #endif
     const uint32_t epoch = ++epoch_count_;
-    claim_.store(uint64_t(epoch) << 32, std::memory_order_release);
+    claim_.store(uint64_t(epoch) << 32 | uint64_t(tasks) << 16, std::memory_order_release);
     wake_.store(epoch, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) wake_.notify_all();
 
@@ -106,20 +108,22 @@ class Pool {
   }
 
  private:
-  // Claims and runs tasks of region `epoch` until none are left.  fn_, ctx_ and
-  // tasks_ are read before the claim: a successful claim proves the region was
-  // still open, so they were that region's.
+  // Claims and runs tasks of region `epoch` until none are left.  The claim word
+  // holds the region's epoch, its task count and the next task, so a claim
+  // succeeds only while that region has a task left.  fn_ and ctx_ are read
+  // before the claim, after the region's epoch was seen (they were written
+  // before it was published); a successful claim proves the region was still
+  // open then, so they were not yet replaced by the next region's.
   void work(uint32_t epoch) {
     for (;;) {
-      auto fn = fn_.load(std::memory_order_relaxed);
-      auto ctx = ctx_.load(std::memory_order_relaxed);
-      const int64_t tasks = tasks_.load(std::memory_order_relaxed);
+      auto fn = fn_.load(std::memory_order_acquire);
+      auto ctx = ctx_.load(std::memory_order_acquire);
       uint64_t c = claim_.load(std::memory_order_acquire);
       int64_t t;
       do {
         if (uint32_t(c >> 32) != epoch) return;
-        t = int64_t(c & 0xffffffffu);
-        if (t >= tasks) return;
+        t = int64_t(c & 0xffffu);
+        if (t >= int64_t((c >> 16) & 0xffffu)) return;
       } while (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel));
 #ifdef VOLT_POOL_MXCSR
       if (const unsigned csr = csr_.load(std::memory_order_relaxed); csr != _mm_getcsr()) _mm_setcsr(csr);
@@ -161,8 +165,7 @@ class Pool {
   uint32_t epoch_count_ = 0;
   std::atomic<void (*)(const void*, int64_t)> fn_{nullptr};
   std::atomic<const void*> ctx_{nullptr};
-  std::atomic<int64_t> tasks_{0};
-  std::atomic<uint64_t> claim_{0};      // epoch << 32 | next task
+  std::atomic<uint64_t> claim_{0};      // epoch << 32 | tasks << 16 | next task
   std::atomic<int32_t> remaining_{0};   // tasks not yet finished
   std::atomic<uint32_t> wake_{0};       // the current region's epoch; workers wait on it
   std::atomic<int> sleepers_{0};

@@ -302,3 +302,24 @@ TEST_CASE("thread pool: every task runs once, nested regions run serially, bad c
   }
   CHECK_THROWS_WITH_AS(cpu::set_num_threads(0), doctest::Contains("set_num_threads"), Error);
 }
+
+TEST_CASE("thread pool: back-to-back regions of different sizes each run exactly their own tasks") {
+  // A worker still leaving one region must not run a task of the next one
+  // (with the next one's function but the previous one's count, or twice).
+  KernelScope scope;
+  cpu::set_num_threads(3);
+  int64_t wrong = 0;
+  for (int r = 0; r < 3000; ++r) {
+    const int64_t tasks = r % 3 == 0 ? 2 : (r % 3 == 1 ? 41 : 7);
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(tasks));
+    const int tag = r;
+    std::atomic<int> bad_tag{0};
+    cpu::parallel_tasks(tasks, [&, tag](int64_t t) {
+      if (tag != r) bad_tag.fetch_add(1);
+      hits[size_t(t)].fetch_add(1);
+    });
+    for (auto& h : hits) wrong += h.load() != 1;
+    wrong += bad_tag.load();
+  }
+  CHECK(wrong == 0);
+}
