@@ -48,8 +48,8 @@
 #include "tensor/ops.h"
 #include "tensor/random.h"
 
-#if __has_include("jit/lazy.h")
-#include "jit/lazy.h"
+#if __has_include("jit/lazy/lazy.h")
+#include "jit/lazy/lazy.h"
 #define VOLT_BENCH_LAZY 1
 #endif
 

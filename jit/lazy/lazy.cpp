@@ -5,7 +5,7 @@
 // LazyTensor names the tensor's current value (an immutable LazyValue); an
 // in-place op points it at a new value.  A value is either pending (made by a
 // node of the graph) or holds data on the backend device.
-#include "jit/lazy.h"
+#include "jit/lazy/lazy.h"
 
 #include <algorithm>
 #include <charconv>
