@@ -53,8 +53,8 @@
 #include "tensor/random.h"
 #include "tensor/storage.h"
 
-#if __has_include("jit/lazy.h")
-#include "jit/lazy.h"
+#if __has_include("jit/lazy/lazy.h")
+#include "jit/lazy/lazy.h"
 #define VOLT_BENCH_LAZY 1
 #endif
 

@@ -1,5 +1,6 @@
 #include "jit/jit.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -242,7 +243,16 @@ std::shared_ptr<JitFunction::Entry> JitFunction::lookup(uint64_t hash, const std
       if (b.key == key) candidates = b.entries;
   }
   for (const std::shared_ptr<Entry>& e : candidates)
-    if (e->guards.empty() || guards_hold(*e, inputs, guard_failure)) return e;
+    if (e->guards.empty() || guards_hold(*e, inputs, guard_failure)) {
+      if (candidates.size() > 1) {  // most recently used first
+        std::lock_guard<std::mutex> lock(state_->mutex);
+        for (Bucket& b : state_->cache[hash])
+          if (b.key == key)
+            if (auto at = std::find(b.entries.begin(), b.entries.end(), e); at != b.entries.end())
+              std::rotate(b.entries.begin(), at, at + 1);
+      }
+      return e;
+    }
   return nullptr;
 }
 
@@ -285,8 +295,15 @@ std::vector<Tensor> JitFunction::call(const std::vector<Tensor>& args, size_t n_
         Bucket* bucket = nullptr;
         for (Bucket& b : buckets)
           if (b.key == key) bucket = &b;
-        if (!bucket) bucket = &buckets.emplace_back(Bucket{key, {}});
-        bucket->entries.push_back(entry);
+        if (!bucket) bucket = &buckets.emplace_back(Bucket{key, {}, 0, false});
+        // Entries of one key differ by their guards' values: the most recently
+        // used first, at most kMaxGuardedEntries of them.
+        bucket->entries.insert(bucket->entries.begin(), entry);
+        if (bucket->entries.size() > kMaxGuardedEntries) bucket->entries.resize(kMaxGuardedEntries);
+        if (!guard_failure.empty() && ++bucket->guard_recompiles == kGuardWarnAfter && !bucket->warned) {
+          bucket->warned = true;
+          std::cerr << guard_warning(*entry, reason);
+        }
       }
       state_->last_key = key;
       state_->last = entry;
@@ -307,6 +324,32 @@ std::vector<Tensor> JitFunction::call(const std::vector<Tensor>& args, size_t n_
     return interpret(entry->traces.back(), inputs);
   }
   return interpret(entry->traces.back(), inputs);
+}
+
+// The warning after repeated recompiles on one guard: its source (the
+// lines computing the value it reads) and the rewrite that makes it hold.
+std::string JitFunction::guard_warning(const Entry& e, const std::string& reason) {
+  std::ostringstream os;
+  os << "volt.jit: warning: compiled " << kGuardWarnAfter
+     << " times for new values of a value the function reads (last: " << reason << ").\n";
+  for (const Guard& g : e.guards) {
+    os << "  the guard reads " << e.names->name(g.value) << ".item()";
+    if (!g.bsyms.empty()) os << ", where";
+    os << "\n";
+    Trace t;
+    t.inputs = e.traces.front().inputs;
+    t.bsyms = g.bsyms;
+    t.outputs = {g.value};
+    std::istringstream lines(t.str());
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("  ", 0) == 0 && line.find("  # ") != 0 && line.find("return") == std::string::npos)
+        os << "  " << line << "\n";
+  }
+  os << "  Branch on a comparison's outcome instead of a value, e.g. bool(gt(sum(x), 0.0)) rather than "
+        "sum(x).item() > 0: the guard then records true or false, and every value with the same outcome "
+        "reuses the trace. At most "
+     << kMaxGuardedEntries << " such entries are kept per input signature (least recently used dropped).\n";
+  return os.str();
 }
 
 size_t JitFunction::cache_entries() const {

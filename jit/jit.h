@@ -38,6 +38,13 @@ namespace volt::jit {
 // compile on every call (for debugging the jit itself).
 enum class CacheMode { Metadata, None };
 
+// A trace that read a value (a guard) is kept per value read: at most this
+// many entries per input signature, the least recently used dropped first.
+inline constexpr size_t kMaxGuardedEntries = 8;
+// After this many compiles of one signature because a guard failed, one
+// warning names the guard's source and the rewrite that avoids it.
+inline constexpr int kGuardWarnAfter = 4;
+
 struct JitOptions {
   // Tried in this order before the built-in executors (cpu-fusion, eager).
   std::vector<std::reference_wrapper<Executor>> executors;
@@ -113,8 +120,11 @@ class JitFunction {
   // Entries with the same metadata differ by their guards.
   struct Bucket {
     std::string key;  // hashes can collide: the readable key confirms a hit
-    std::vector<std::shared_ptr<Entry>> entries;
+    std::vector<std::shared_ptr<Entry>> entries;  // most recently used first
+    int guard_recompiles = 0;  // misses because a guard failed
+    bool warned = false;
   };
+  static std::string guard_warning(const Entry& e, const std::string& reason);
   // The cache and counters, shared by copies of this JitFunction (transformed()
   // starts a fresh one).  `mutex` guards cache, last, last_key and
   // miss_reason; `compile_mutex` lets one compile run at a time.

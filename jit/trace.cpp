@@ -64,7 +64,9 @@ std::string call_str(const ProxyNames& names, const OpCall& c, bool prim_prefix)
       break;
     case OpKind::Factory:
       sep();
-      os << shape_tuple(at.ints) << ", " << python_float_repr(at.a) << ", device=" << at.device.str()
+      os << shape_tuple(at.ints) << ", " << python_float_repr(at.a);
+      if (c.op == OpId::arange) os << ", step=" << python_float_repr(at.b);
+      os << ", device=" << at.device.str()
          << ", dtype=" << dtype_name(at.dtype);
       break;
     case OpKind::View:

@@ -30,6 +30,33 @@ void check_logits(const Tensor& logits, const Tensor& target, const char* op) {
   VOLT_CHECK(is_floating(logits.dtype()), op, "expected f32 or f64 logits, got " << dtype_name(logits.dtype()));
 }
 
+// nll_loss's target check, as an op: (target, classes) -> target, after
+// checking that every target lies in [0, classes).  Eager mode runs it at
+// once; a trace or a lazy graph runs it when the targets' values exist, with
+// the same message.
+int64_t target_range_check() {
+  static const int64_t id = [] {
+    CustomOpDef def;
+    def.name = "check_target_range";
+    def.meta = [](const std::vector<Value>& args) {
+      const Tensor& t = args.at(0).tensor;
+      return std::vector<TensorMeta>{{t.sizes(), t.dtype(), t.device()}};
+    };
+    def.kernel = [](const std::vector<Value>& args) {
+      const Tensor& target = args.at(0).tensor;
+      const int64_t c = static_cast<int64_t>(args.at(1).scalar.value);
+      if (target.numel() > 0) {
+        const int64_t lo = amin(target).item<int64_t>(), hi = amax(target).item<int64_t>();
+        VOLT_CHECK(lo >= 0 && hi < c, "nll_loss",
+                   "target values must lie in [0, " << c << "), got [" << lo << ", " << hi << "]");
+      }
+      return std::vector<Tensor>{target};
+    };
+    return register_custom_op(std::move(def));
+  }();
+  return id;
+}
+
 }  // namespace
 
 std::vector<Tensor> decompose(const OpCall& call) {
@@ -88,15 +115,12 @@ std::vector<Tensor> decompose(const OpCall& call) {
       VOLT_CHECK(is_integral(target.dtype()), "nll_loss",
                  "expected an integer target, got " << dtype_name(target.dtype()));
       int64_t n = a.sizes()[0], c = a.sizes()[1];
-      if (target.has_data() && target.numel() > 0) {
-        Tensor lo = amin(target), hi = amax(target);
-        VOLT_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < c, "nll_loss",
-                   "target values must lie in [0, " << c << "), got [" << lo.item<int64_t>()
-                                                    << ", " << hi.item<int64_t>() << "]");
-      }
+      // The range check needs the targets' values: an op of its own, so that
+      // a trace or a lazy graph runs it when the values exist.
+      Tensor checked = dispatch1(custom_call(target_range_check(), {target, Scalar(c)}));
       // Pick logp[i, target[i]] with a one-hot mask: only prims, so it fuses and differentiates.
       Tensor classes = Tensor::arange(static_cast<double>(c), target.dtype(), a.device());
-      Tensor onehot = eq(target.unsqueeze(1), classes);
+      Tensor onehot = eq(checked.unsqueeze(1), classes);
       Tensor picked = sum(where(onehot, a, 0.0));
       return {div(neg(picked), static_cast<double>(n))};
     }

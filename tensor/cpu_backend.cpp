@@ -557,6 +557,11 @@ class CpuBackend final : public Backend {
       case OpKind::Factory:
         VOLT_DISPATCH_DTYPE(out.dtype(), [&] {
           scalar_t* o = static_cast<scalar_t*>(out.raw_data());
+          if (call.op == OpId::arange) {  // start a, step b
+            for (int64_t i = 0; i < out.numel(); ++i)
+              o[i] = static_cast<scalar_t>(call.attrs.a + static_cast<double>(i) * call.attrs.b);
+            return;
+          }
           scalar_t v = static_cast<scalar_t>(call.attrs.a);
           std::fill(o, o + out.numel(), v);
         });

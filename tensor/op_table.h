@@ -14,7 +14,7 @@ enum class OpKind : uint8_t {
   Ternary,    // where
   Convert,    // convert_element_type
   Random,     // uniform (Philox)
-  Factory,    // full
+  Factory,    // full, arange
   View,       // reshape, permute, expand, narrow
   Copy,       // contiguous copy
   Pad,        // zero padding along one dim (the gradient of narrow)
@@ -56,6 +56,7 @@ enum class OpKind : uint8_t {
   X(convert_element_type, Convert, "((T)(a))")        \
   X(uniform, Random, "")                              \
   X(full, Factory, "")                                \
+  X(arange, Factory, "")                              \
   X(reshape, View, "")                                \
   X(permute, View, "")                                \
   X(expand, View, "")                                 \

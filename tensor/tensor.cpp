@@ -62,12 +62,14 @@ Tensor Tensor::arange(double start, double end, double step, DType dtype, Device
   VOLT_CHECK(count < 9.0e18, "arange", "[" << start << ", " << end << ") in steps of " << step
                                            << " has too many elements");
   int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
-  Tensor t = empty({n}, dtype, kCPU);
-  VOLT_DISPATCH_DTYPE(dtype, [&] {
-    scalar_t* p = static_cast<scalar_t*>(t.raw_data());
-    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<scalar_t>(start + static_cast<double>(i) * step);
-  });
-  return device.is_cpu() ? t : t.to(device);
+  // A prim (through dispatch), so that traced code records it.
+  Attrs at;
+  at.ints = {n};
+  at.a = start;
+  at.b = step;
+  at.dtype = dtype;
+  at.device = device;
+  return dispatch1(OpCall{OpId::arange, {}, at});
 }
 
 Tensor Tensor::rand(const Shape& shape, DType dtype, Device device) {

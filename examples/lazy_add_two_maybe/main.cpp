@@ -7,7 +7,7 @@
 // right, and each branch is its own graph with its own cache entry.
 #include <iostream>
 
-#include "jit/lazy.h"
+#include "jit/lazy/lazy.h"
 #include "jit/tracer.h"
 #include "tensor/ops.h"
 

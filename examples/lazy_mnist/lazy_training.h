@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "data/dataloader.h"
-#include "jit/lazy.h"
+#include "jit/lazy/lazy.h"
 #include "nn/loss.h"
 #include "nn/module.h"
 #include "nn/optim.h"

@@ -1,6 +1,9 @@
 // Value guards: a trace that read a tensor's value is reused only for that value.
 #include <doctest/doctest.h>
 
+#include <iostream>
+#include <sstream>
+
 #include "jit/jit.h"
 #include "tensor/ops.h"
 
@@ -74,4 +77,40 @@ TEST_CASE("jit cache mode None traces every call") {
   CHECK(jit::cache_misses(jf) == 2);
   CHECK(jit::cache_hits(jf) == 0);
   CHECK(jf.last_miss_reason() == "caching is off");
+}
+
+TEST_CASE("jit guards: a branch on a value keeps at most kMaxGuardedEntries entries and warns once, naming the guard") {
+  // sum(x).item() > 0 reads the value: every new sum is a new guard value.
+  auto fn = [](const std::vector<Tensor>& in) {
+    if (sum(in[0]).item<float>() > 0) return std::vector<Tensor>{mul(in[0], 2.0)};
+    return std::vector<Tensor>{neg(in[0])};
+  };
+  auto jf = jit::jit(fn, {"x"});
+  std::ostringstream err;
+  std::streambuf* old = std::cerr.rdbuf(err.rdbuf());
+  for (int i = 1; i <= 12; ++i) {
+    Tensor x = Tensor::from_vector<float>({static_cast<float>(i), 1.0f});
+    CHECK(jf(x).to_vector<float>() == std::vector<float>{2.0f * i, 2.0f});
+  }
+  std::cerr.rdbuf(old);
+  CHECK(jit::cache_misses(jf) == 12);
+  CHECK(jf.cache_entries() == jit::kMaxGuardedEntries);
+  const std::string w = err.str();
+  // Once, with the guard's source and the rewrite.
+  CHECK(w.find("volt.jit: warning: compiled 4 times") != std::string::npos);
+  CHECK(w.find("volt.jit: warning: compiled 4 times", w.find("compiled 4 times") + 1) == std::string::npos);
+  CHECK(w.find("the guard reads t0.item(), where") != std::string::npos);
+  CHECK(w.find("t0 = prims.sum(x, (0,), keepdim=False)") != std::string::npos);
+  CHECK(w.find("bool(gt(sum(x), 0.0))") != std::string::npos);
+  // The most recently used entries stay: the last value hits.
+  jf(Tensor::from_vector<float>({12.0f, 1.0f}));
+  CHECK(jit::cache_hits(jf) == 1);
+
+  // The rewrite: a comparison's outcome is the guard, so one compile per branch.
+  auto better = jit::jit([](const std::vector<Tensor>& in) {
+    if (gt(sum(in[0]), 0.0)) return std::vector<Tensor>{mul(in[0], 2.0)};
+    return std::vector<Tensor>{neg(in[0])};
+  }, {"x"});
+  for (int i = 1; i <= 12; ++i) better(Tensor::from_vector<float>({static_cast<float>(i), 1.0f}));
+  CHECK(jit::cache_misses(better) == 1);
 }

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <memory>
 
-#include "jit/lazy.h"
+#include "jit/lazy/lazy.h"
 #include "jit/trace.h"
 #include "jit/tracer.h"
 #include "nn/loss.h"

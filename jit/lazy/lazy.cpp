@@ -5,7 +5,7 @@
 // LazyTensor names the tensor's current value (an immutable LazyValue); an
 // in-place op points it at a new value.  A value is either pending (made by a
 // node of the graph) or holds data on the backend device.
-#include "jit/lazy.h"
+#include "jit/lazy/lazy.h"
 
 #include <algorithm>
 #include <charconv>
@@ -624,7 +624,7 @@ std::vector<Tensor> record(const OpCall& call) {
   std::vector<TensorMeta> metas = infer_meta(call);
   for (TensorMeta& m : metas) m.device = kLazy;  // a zero-dim CPU operand may come first
 
-  if (call.op == OpId::full) {
+  if (call.op == OpId::full || call.op == OpId::arange) {
     // A constant is data, like a scalar operand: the step that first fills the
     // optimizer's state then has the same graph as the steps after it.
     Attrs at = call.attrs;
