@@ -37,4 +37,4 @@
 #include "data/transforms.h"
 #include "jit/jit.h"
 #include "jit/step.h"
-#include "jit/lazy.h"
+#include "jit/lazy/lazy.h"

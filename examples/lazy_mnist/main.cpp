@@ -20,7 +20,7 @@
 
 #include "data/dataloader.h"
 #include "data/transforms.h"
-#include "jit/lazy.h"
+#include "jit/lazy/lazy.h"
 #include "nn/lr_scheduler.h"
 #include "nn/mnist_cnn.h"
 #include "nn/optim.h"

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "jit/jit.h"
-#include "jit/lazy.h"
+#include "jit/lazy/lazy.h"
 #include "nn/lr_scheduler.h"
 #include "nn/mnist_cnn.h"
 #include "nn/optim.h"
