@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-
 #include "tensor/conv.h"
 #include "tensor/custom_op.h"
 #include "tensor/ops.h"
