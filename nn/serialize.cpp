@@ -301,7 +301,7 @@ void save(const Module& module, const std::string& path) {
   save_tensors(all, path);
 }
 
-void load(Module& module, const std::string& path, bool strict) {
+LoadResult load(Module& module, const std::string& path, bool strict) {
   const std::string ctx = context_for(path);
   SafetensorsFile f = read_safetensors(path);
   std::map<std::string, const Entry*> by_name;
@@ -310,29 +310,44 @@ void load(Module& module, const std::string& path, bool strict) {
   NamedTensors targets = module.named_parameters();
   for (auto& nb : module.named_buffers()) targets.push_back(nb);
 
-  // Check everything before changing anything.
-  std::map<std::string, bool> used;
+  // Check everything before changing anything, and report every misfit at once.
+  LoadResult result;
+  std::vector<std::string> problems;
+  std::set<std::string> used;
   for (const auto& [name, t] : targets) {
     auto it = by_name.find(name);
-    if (it == by_name.end()) throw Error(ctx + "missing tensor '" + name + "'");
+    if (it == by_name.end()) {
+      result.missing_keys.push_back(name);
+      continue;
+    }
+    used.insert(name);
     const Entry& e = *it->second;
     // A 16-bit float file loads into any floating module (through f32).
     const bool widened = e.stored != Stored::native && is_floating(t.dtype());
     if (e.dtype != t.dtype() && !widened)
-      throw Error(ctx + "tensor '" + name + "' has dtype " + stored_name(e) +
-                  ", the module expects " + st_dtype_name(t.dtype()));
+      problems.push_back("tensor '" + name + "' has dtype " + stored_name(e) + ", the module expects " +
+                         st_dtype_name(t.dtype()));
     if (e.shape != t.sizes())
-      throw Error(ctx + "tensor '" + name + "' has shape " + shape_str(e.shape) +
-                  ", the module expects " + shape_str(t.sizes()));
-    used[name] = true;
+      problems.push_back("tensor '" + name + "' has shape " + shape_str(e.shape) + ", the module expects " +
+                         shape_str(t.sizes()));
   }
-  if (strict)
-    for (const Entry& e : f.entries)
-      if (!used.count(e.name))
-        throw Error(ctx + "unexpected tensor '" + e.name + "' (the module has no such name)");
+  for (const Entry& e : f.entries)
+    if (!used.count(e.name)) result.unexpected_keys.push_back(e.name);
+  if (strict) {
+    for (const auto& k : result.missing_keys) problems.push_back("missing tensor '" + k + "'");
+    for (const auto& k : result.unexpected_keys)
+      problems.push_back("unexpected tensor '" + k + "' (the module has no such name)");
+  }
+  if (problems.size() == 1) throw Error(ctx + problems[0]);
+  if (!problems.empty()) {
+    std::string all = ctx + std::to_string(problems.size()) + " problems:";
+    for (const auto& p : problems) all += "\n  " + p;
+    throw Error(all);
+  }
 
   NoGradGuard no_grad;
   for (const auto& [name, t] : targets) {
+    if (!used.count(name)) continue;  // missing, allowed without strict
     const Entry& e = *by_name.at(name);
     if (t.device().is_cpu() && t.has_data() && t.is_contiguous() && t.dtype() == e.dtype) {
       // Straight into the parameter's memory: no temporary, no autograd.
@@ -342,6 +357,7 @@ void load(Module& module, const std::string& path, bool strict) {
       dst.copy_(to_tensor(f, e));
     }
   }
+  return result;
 }
 
 }  // namespace volt::nn

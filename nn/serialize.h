@@ -17,11 +17,19 @@
 namespace volt::nn {
 
 void save(const Module& module, const std::string& path);
+
+// What load found, as PyTorch's load_state_dict returns it.
+struct LoadResult {
+  std::vector<std::string> missing_keys;     // the module's names the file lacks
+  std::vector<std::string> unexpected_keys;  // the file's names the module lacks
+};
 // Copies each tensor of the file into the module's parameter or buffer of the
 // same name, in place (holders of the handles see the new values).  Nothing is
-// changed unless the whole file checks out.  With `strict`, a tensor in the file
-// that the module lacks is an error too.
-void load(Module& module, const std::string& path, bool strict = true);
+// changed unless the whole file checks out, and one error lists every misfit.
+// With `strict` (PyTorch's default) missing and unexpected names are errors;
+// without it they are only returned, and the names both have are loaded.  A
+// wrong dtype or shape is an error either way.
+LoadResult load(Module& module, const std::string& path, bool strict = true);
 
 // The same format for any list of named tensors.
 void save_tensors(const NamedTensors& tensors, const std::string& path);

@@ -166,8 +166,30 @@ TEST_CASE("load errors name the file and what is wrong") {
     nn::Linear no_bias(3, 2, false);
     CHECK_THROWS_WITH_AS(nn::load(no_bias, path), doctest::Contains("unexpected tensor 'bias'"),
                          volt::Error);
-    nn::load(no_bias, path, /*strict=*/false);
+    nn::LoadResult r = nn::load(no_bias, path, /*strict=*/false);
     CHECK(no_bias.weight().to_vector<float>() == fc.weight().to_vector<float>());
+    CHECK(r.missing_keys.empty());
+    CHECK(r.unexpected_keys == std::vector<std::string>{"bias"});
+  }
+  SUBCASE("missing keys without strict are returned, the rest is loaded") {
+    nn::save_tensors({{"weight", Tensor::ones({2, 3})}}, path);
+    nn::LoadResult r = nn::load(fc, path, /*strict=*/false);
+    CHECK(r.missing_keys == std::vector<std::string>{"bias"});
+    CHECK(r.unexpected_keys.empty());
+    CHECK(fc.weight().to_vector<float>() == std::vector<float>(6, 1.0f));
+  }
+  SUBCASE("every misfit in one error") {
+    nn::save_tensors({{"weight", Tensor::zeros({2, 4})}, {"extra", Tensor::zeros({1})}}, path);
+    std::string message;
+    try {
+      nn::load(fc, path);
+    } catch (const volt::Error& e) {
+      message = e.what();
+    }
+    CHECK(message.find("3 problems") != std::string::npos);
+    CHECK(message.find("tensor 'weight' has shape [2, 4], the module expects [2, 3]") != std::string::npos);
+    CHECK(message.find("missing tensor 'bias'") != std::string::npos);
+    CHECK(message.find("unexpected tensor 'extra'") != std::string::npos);
   }
   SUBCASE("wrong shape, and nothing changes") {
     nn::save(nn::Linear(4, 2), path);
