@@ -192,7 +192,7 @@ std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tenso
   for (const Tensor& t : captured_) needs_grad.push_back(t.requires_grad());
   for (const Tensor& t : args) needs_grad.push_back(t.requires_grad());
   for (bool b : needs_grad) any |= b;
-  if (grad_enabled() && any && e->num_outputs == 1) {
+  if (grad_enabled() && any) {
     GradTraces g = grad_pass(e->traces.back(), *e->names, needs_grad, executors_);
     e->traces.push_back(std::move(g.forward));
     e->backward_traces.push_back(std::move(g.backward));
@@ -364,17 +364,23 @@ namespace {
 
 // The autograd node of a jitted call: runs the backward trace on what the
 // augmented forward saved, with the forward's random counters.
+// With several outputs each has its own node, which runs the backward trace
+// with its gradient and zeros for the other outputs' cotangents; the tape
+// sums what the nodes give each input.
 struct JitNode final : autograd::Node {
   std::shared_ptr<const Trace> backward;
   std::vector<Tensor> saved;
   PhiloxState rng;
+  size_t output = 0;                // which output this node is the history of
+  std::vector<TensorMeta> outputs;  // every output's metadata (for the zeros)
 
   std::vector<Tensor> apply(const Tensor& grad_out) override {
     VOLT_CHECK(!released, "backward",
                "trying to backward through a jitted call a second time; its saved tensors were "
                "freed. Pass retain_graph=true the first time");
     std::vector<Tensor> in = saved;
-    in.push_back(grad_out);
+    for (size_t k = 0; k < outputs.size(); ++k)
+      in.push_back(k == output ? grad_out : full(outputs[k].sizes, 0.0, outputs[k].dtype, outputs[k].device));
     return interpret(*backward, in, &rng);
   }
   std::string name() const override { return "JitBackward"; }
@@ -394,15 +400,22 @@ std::vector<Tensor> JitFunction::run_with_grad(const std::shared_ptr<Entry>& e,
     NoGradGuard no_grad;  // the backward trace replaces the eager tape
     all = interpret(e->traces.back(), inputs, nullptr, &used);
   }
-  auto node = std::make_shared<JitNode>();
-  node->backward = std::shared_ptr<const Trace>(e, &e->backward_traces.back());  // shares the entry, no copy
-  node->saved.assign(all.begin() + static_cast<std::ptrdiff_t>(e->num_outputs), all.end());
-  node->rng = used;
-  for (int idx : e->grad_input_index) node->next.push_back(autograd::edge_for(inputs[idx]));
   std::vector<Tensor> outs(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(e->num_outputs));
-  // Outputs that alias an input (an identity function) get a fresh tensor to hang history on.
-  if (outs[0].requires_grad()) outs[0] = outs[0].detach();
-  autograd::set_history(outs[0], node);
+  std::vector<TensorMeta> metas;
+  for (const Tensor& o : outs) metas.push_back({o.sizes(), o.dtype(), o.device()});
+  for (size_t k = 0; k < outs.size(); ++k) {
+    if (!is_floating(outs[k].dtype())) continue;  // no gradient flows into an integer output
+    auto node = std::make_shared<JitNode>();
+    node->backward = std::shared_ptr<const Trace>(e, &e->backward_traces.back());  // shares the entry, no copy
+    node->saved.assign(all.begin() + static_cast<std::ptrdiff_t>(e->num_outputs), all.end());
+    node->rng = used;
+    node->output = k;
+    node->outputs = metas;
+    for (int idx : e->grad_input_index) node->next.push_back(autograd::edge_for(inputs[idx]));
+    // Outputs that alias an input (an identity function) get a fresh tensor to hang history on.
+    if (outs[k].requires_grad()) outs[k] = outs[k].detach();
+    autograd::set_history(outs[k], node);
+  }
   return outs;
 }
 

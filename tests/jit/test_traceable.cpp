@@ -104,3 +104,34 @@ TEST_CASE("traceable: an out-of-range target is an error with eager's message un
   CHECK(std::fabs(cross_entropy(ll, good.to(kLazy)).item<float>() - std::log(10.0f)) < 1e-6);
   CHECK_THROWS_WITH_AS(cross_entropy(ll, bad.to(kLazy)).item<float>(), doctest::Contains(message), volt::Error);
 }
+
+TEST_CASE("traceable: a two-output function under grad gets its forward/backward pair and fusions, equal to eager") {
+  manual_seed(9);
+  Tensor x = Tensor::randn({3, 4}), w = Tensor::randn({4});
+  auto fn = [](const std::vector<Tensor>& in) {
+    Tensor h = mul(in[0], in[1]);
+    return std::vector<Tensor>{tanh(h), sum(mul(h, h))};
+  };
+  auto loss_of = [](const std::vector<Tensor>& outs) { return add(sum(mul(outs[0], 2.0)), mul(outs[1], 3.0)); };
+  Tensor xe = x.detach().requires_grad_(true), we = w.detach().requires_grad_(true);
+  loss_of(fn({xe, we})).backward();
+
+  Tensor xj = x.detach().requires_grad_(true), wj = w.detach().requires_grad_(true);
+  auto jf = jit::jit(fn, {"x", "w"});
+  std::vector<Tensor> outs = jf({xj, wj});
+  REQUIRE(outs.size() == 2);
+  REQUIRE(!jit::last_backward_traces(jf).empty());
+  CHECK(jit::last_traces(jf).back().str().find("def augmented_forward_fn(x, w)") != std::string::npos);
+  loss_of(outs).backward();
+  CHECK(max_abs(xj.grad(), xe.grad()) < 1e-5);
+  CHECK(max_abs(wj.grad(), we.grad()) < 1e-5);
+  // Fused forward and backward.
+  CHECK(jit::last_traces(jf).back().str().find("cpuFusion0") != std::string::npos);
+  CHECK(jit::last_backward_traces(jf).back().str().find("cpuFusion0") != std::string::npos);
+  // Only one output used: the other's cotangent is zero.
+  Tensor xk = x.detach().requires_grad_(true), wk = w.detach().requires_grad_(true);
+  Tensor xf = x.detach().requires_grad_(true), wf = w.detach().requires_grad_(true);
+  sum(jf({xk, wk})[0]).backward();
+  sum(fn({xf, wf})[0]).backward();
+  CHECK(max_abs(xk.grad(), xf.grad()) < 1e-5);
+}
