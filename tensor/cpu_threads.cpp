@@ -86,6 +86,9 @@ class Pool {
       for (int64_t t = 0; t < tasks; ++t) fn(ctx, t);
       return;
     }
+#ifdef _OPENMP
+    if (use_openmp_) return run_openmp(threads, tasks, fn, ctx);
+#endif
     ensure_workers(threads - 1);
     active_.store(threads - 1, std::memory_order_relaxed);
     fn_.store(fn, std::memory_order_relaxed);
@@ -108,6 +111,20 @@ class Pool {
   }
 
  private:
+#ifdef _OPENMP
+  // The same claiming of tasks on OpenMP's threads (VOLT_CPU_POOL=openmp): one
+  // set of threads for volt's loops and for code that uses OpenMP directly.
+  void run_openmp(int threads, int64_t tasks, void (*fn)(const void*, int64_t), const void* ctx) {
+    std::atomic<int64_t> next{0};
+#pragma omp parallel num_threads(int(std::min<int64_t>(threads, tasks)))
+    {
+      in_region = true;
+      for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) fn(ctx, t);
+      in_region = false;
+    }
+  }
+#endif
+
   // Claims and runs tasks of region `epoch` until none are left.  The claim word
   // holds the region's epoch, its task count and the next task, so a claim
   // succeeds only while that region has a task left.  fn_ and ctx_ are read
@@ -156,9 +173,13 @@ class Pool {
     }
   }
 
-  Pool() : threads_(default_threads()) {}
+  Pool() : threads_(default_threads()) {
+    const char* pool = std::getenv("VOLT_CPU_POOL");
+    use_openmp_ = pool && std::string(pool) == "openmp";
+  }
 
   std::atomic<int> threads_;
+  bool use_openmp_ = false;
   std::atomic<int> active_{0};
   std::mutex run_mutex_;
   std::vector<std::thread> workers_;

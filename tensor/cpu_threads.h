@@ -9,6 +9,10 @@
 // from other processes between regions.  Results never depend on which thread
 // ran a task: the callers' tasks write disjoint outputs.
 //
+// VOLT_CPU_POOL=openmp runs the same task claiming on OpenMP's threads instead
+// (one set of threads shared with code that still uses OpenMP directly: the
+// jit's generated kernels and Adam), at the cost of OpenMP's spinning waits.
+//
 // The thread count is VOLT_NUM_THREADS, else OMP_NUM_THREADS, else the cores
 // this process may run on; set_num_threads changes it (and OpenMP's, for the
 // code that still uses OpenMP).  A region started inside another, or while
