@@ -370,6 +370,7 @@ namespace {
 struct JitNode final : autograd::Node {
   std::shared_ptr<const Trace> backward;
   std::vector<Tensor> saved;
+  std::vector<uint64_t> versions;   // each saved tensor's version when it was saved
   PhiloxState rng;
   size_t output = 0;                // which output this node is the history of
   std::vector<TensorMeta> outputs;  // every output's metadata (for the zeros)
@@ -378,6 +379,15 @@ struct JitNode final : autograd::Node {
     VOLT_CHECK(!released, "backward",
                "trying to backward through a jitted call a second time; its saved tensors were "
                "freed. Pass retain_graph=true the first time");
+    // As eager autograd: a saved tensor written in place since (an input scaled
+    // with mul_, say) would give a silently wrong gradient.
+    for (size_t i = 0; i < saved.size() && i < versions.size(); ++i) {
+      VOLT_CHECK(!saved[i].has_data() || saved[i].version() == versions[i], "backward",
+                 "one of the tensors a jitted call saved for backward was modified by an in-place operation: "
+                     << "saved tensor " << i << ", " << saved[i].meta_str() << ", is at version " << saved[i].version()
+                     << ", it was saved at version " << versions[i]
+                     << ". Write to a clone() instead, or after backward");
+    }
     std::vector<Tensor> in = saved;
     for (size_t k = 0; k < outputs.size(); ++k)
       in.push_back(k == output ? grad_out : full(outputs[k].sizes, 0.0, outputs[k].dtype, outputs[k].device));
@@ -408,6 +418,7 @@ std::vector<Tensor> JitFunction::run_with_grad(const std::shared_ptr<Entry>& e,
     auto node = std::make_shared<JitNode>();
     node->backward = std::shared_ptr<const Trace>(e, &e->backward_traces.back());  // shares the entry, no copy
     node->saved.assign(all.begin() + static_cast<std::ptrdiff_t>(e->num_outputs), all.end());
+    for (const Tensor& t : node->saved) node->versions.push_back(t.defined() ? t.version() : 0);
     node->rng = used;
     node->output = k;
     node->outputs = metas;
