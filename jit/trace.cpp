@@ -77,6 +77,16 @@ std::string call_str(const ProxyNames& names, const OpCall& c, bool prim_prefix)
       else os << shape_tuple(at.ints);
       break;
     case OpKind::Reduce: sep(); os << shape_tuple(at.ints) << ", keepdim=" << (at.flag ? "True" : "False"); break;
+    case OpKind::Window:
+      // {kh, kw, sh, sw, ph, pw, dh, dw}, then col2im's output height and width.
+      if (at.ints.size() >= 8) {
+        sep();
+        os << "kernel_size=(" << at.ints[0] << ", " << at.ints[1] << "), stride=(" << at.ints[2] << ", " << at.ints[3]
+           << "), padding=(" << at.ints[4] << ", " << at.ints[5] << "), dilation=(" << at.ints[6] << ", "
+           << at.ints[7] << ")";
+        if (at.ints.size() >= 10) os << ", output_size=(" << at.ints[8] << ", " << at.ints[9] << ")";
+      }
+      break;
     case OpKind::Composite:
       if (c.op == OpId::dropout) { sep(); os << python_float_repr(at.a); }
       if (c.op == OpId::softmax || c.op == OpId::log_softmax) { sep(); os << "dim=" << at.ints[0]; }

@@ -13,6 +13,7 @@
 #include "nn/lr_scheduler.h"
 #include "nn/mnist_cnn.h"
 #include "nn/optim.h"
+#include "tensor/conv.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
 #include "tests/tensor/reference.h"
@@ -155,4 +156,16 @@ TEST_CASE("jit: the tutorial's CNN through jit(module) trains as in eager mode")
   const std::string trace = jit::last_traces(jm).front().str();
   CHECK(trace.find("conv2d") != std::string::npos);
   CHECK(trace.find("max_pool2d") != std::string::npos);
+}
+
+TEST_CASE("jit: a traced conv2d and max_pool2d print their window settings") {
+  auto f = jit::jit([](const std::vector<Tensor>& a) {
+    Tensor y = conv2d(a[0], a[1], Tensor(), {.stride = {2, 1}, .padding = {1, 0}});
+    return std::vector<Tensor>{max_pool2d(y, {2, 2})};
+  });
+  manual_seed(0);
+  f(std::vector<Tensor>{Tensor::randn({1, 2, 9, 8}), Tensor::randn({4, 2, 3, 3})});
+  const std::string text = jit::last_traces(f).back().str();
+  CHECK(text.find("kernel_size=(3, 3), stride=(2, 1), padding=(1, 0), dilation=(1, 1)") != std::string::npos);
+  CHECK(text.find("kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1)") != std::string::npos);
 }
