@@ -25,10 +25,19 @@ namespace volt::cpu {
 
 namespace {
 
-// How long an idle thread polls before it sleeps.  Long enough to bridge the
-// gap between two GEMMs of a training step, short enough that a waiting thread
-// costs a busy machine little.
-constexpr int64_t kSpinMicros = 50;
+constexpr int64_t kDefaultSpinMicros = 50;
+
+// How long an idle thread polls before it sleeps (VOLT_CPU_SPIN_US overrides).
+// Long enough to bridge the gap between two GEMMs of a training step (waking a
+// sleeping virtual CPU can take longer than a small GEMM), short enough that a
+// waiting thread costs a busy machine little.
+int64_t spin_micros() {
+  static const int64_t us = [] {
+    const char* v = std::getenv("VOLT_CPU_SPIN_US");
+    return v && *v ? std::max<int64_t>(0, std::atoll(v)) : int64_t(kDefaultSpinMicros);
+  }();
+  return us;
+}
 // A region holds at most this many tasks (more run serially; parallel_for
 // makes a few per thread).
 constexpr int64_t kMaxTasks = 0xffff;
@@ -39,7 +48,7 @@ inline void cpu_relax() {
 #endif
 }
 
-// Polls `ready` for up to kSpinMicros; true if it became true.
+// Polls `ready` for up to spin_micros(); true if it became true.
 template <class Ready>
 bool spin_until(const Ready& ready) {
   const auto start = std::chrono::steady_clock::now();
@@ -47,7 +56,7 @@ bool spin_until(const Ready& ready) {
     if (ready()) return true;
     cpu_relax();
     if ((i & 63) == 63 &&
-        std::chrono::steady_clock::now() - start > std::chrono::microseconds(kSpinMicros))
+        std::chrono::steady_clock::now() - start > std::chrono::microseconds(spin_micros()))
       return false;
   }
 }

@@ -5,7 +5,7 @@
 // thread and the pool's workers, so a worker the OS has descheduled (a busy
 // machine) delays the region by at most the task it holds; the caller never
 // waits for a worker that has not started.  Idle workers spin for a short
-// while (kSpinMicros) and then sleep on a futex, so they do not take cores
+// while (50 µs, VOLT_CPU_SPIN_US) and then sleep on a futex, so they do not take cores
 // from other processes between regions.  Results never depend on which thread
 // ran a task: the callers' tasks write disjoint outputs.
 //
