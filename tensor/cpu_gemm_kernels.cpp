@@ -31,8 +31,12 @@ const GemmKernels<double> f64 = {8, 16, packed_tile_loops<double, 8, 16>, skinny
 
 #ifdef VOLT_GEMM_X86
 
+#ifdef __clang__  // clang's spelling of GCC's target pragma
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#endif
 namespace avx2 {
 #include "tensor/cpu_gemm_tiles.inc"
 struct Ops {
@@ -49,10 +53,18 @@ struct Ops {
 const GemmKernels<float> f32 = {6, 16, packed_tile_vec<__m256, 8, 6, 2, Ops>, skinny<float>};
 const GemmKernels<double> f64 = {6, 8, packed_tile_loops<double, 6, 8>, skinny<double>};
 }  // namespace avx2
+#ifdef __clang__
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")
+#endif
 namespace avx512 {
 #include "tensor/cpu_gemm_tiles.inc"
 struct Ops {
@@ -68,7 +80,11 @@ struct Ops {
 const GemmKernels<float> f32 = {12, 32, packed_tile_vec<__m512, 16, 12, 2, Ops>, skinny<float>};
 const GemmKernels<double> f64 = {8, 16, packed_tile_loops<double, 8, 16>, skinny<double>};
 }  // namespace avx512
+#ifdef __clang__
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 #endif  // VOLT_GEMM_X86
 

@@ -121,7 +121,8 @@ class Pool {
 
  private:
 #ifdef _OPENMP
-  // The same claiming of tasks on OpenMP's threads (VOLT_CPU_POOL=openmp): one
+  // The same claiming of tasks on OpenMP's threads (the default; VOLT_CPU_POOL=volt
+  // for volt's own threads): one
   // set of threads for volt's loops and for code that uses OpenMP directly.
   void run_openmp(int threads, int64_t tasks, void (*fn)(const void*, int64_t), const void* ctx) {
     std::atomic<int64_t> next{0};
@@ -183,8 +184,10 @@ class Pool {
   }
 
   Pool() : threads_(default_threads()) {
+    // OpenMP's threads by default: Adam and the jit's kernels use OpenMP too, and
+    // two sets of threads on 2 cores made the jit's step slower (bench/README.md).
     const char* pool = std::getenv("VOLT_CPU_POOL");
-    use_openmp_ = pool && std::string(pool) == "openmp";
+    use_openmp_ = !(pool && std::string(pool) == "volt");
   }
 
   std::atomic<int> threads_;

@@ -9,9 +9,12 @@
 // from other processes between regions.  Results never depend on which thread
 // ran a task: the callers' tasks write disjoint outputs.
 //
-// VOLT_CPU_POOL=openmp runs the same task claiming on OpenMP's threads instead
-// (one set of threads shared with code that still uses OpenMP directly: the
-// jit's generated kernels and Adam), at the cost of OpenMP's spinning waits.
+// By default the same task claiming runs on OpenMP's threads (one set of
+// threads shared with code that still uses OpenMP directly: the jit's
+// generated kernels and Adam), at the cost of OpenMP's spinning waits;
+// VOLT_CPU_POOL=volt runs it on volt's own workers described above, which
+// measured faster for eager mode and slower for the jit with 2 threads here,
+// as long as Adam and the generated kernels stay on OpenMP.
 //
 // The thread count is VOLT_NUM_THREADS, else OMP_NUM_THREADS, else the cores
 // this process may run on; set_num_threads changes it (and OpenMP's, for the
