@@ -4,6 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")"
 ./setup.sh
 ./build/tests/volt_tests "$@"
+# volt as other projects use it: installed (find_package, pkg-config) and vendored
+# (add_subdirectory); and every C++ block of README.md compiled.
+tests/package/check.sh build
+tests/package/readme_snippets.sh build
 if [ -x build/bench/volt_bench ]; then
   echo "volt: benchmark smoke run"
   ./build/bench/volt_bench --steps 2 --smoke >/dev/null

@@ -3,9 +3,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "autograd/node.h"
-#include "autograd/vjp.h"
-#include "tensor/ops.h"
+#include <volt/autograd/node.h>
+#include <volt/autograd/vjp.h>
+#include <volt/tensor/ops.h>
 
 namespace volt::autograd {
 

@@ -1,7 +1,7 @@
 // Grad mode lives at the dispatch point (tensor/dispatch.h); these are the names
 // autograd users reach for.
 #pragma once
-#include "tensor/dispatch.h"
+#include <volt/tensor/dispatch.h>
 
 namespace volt {
 using NoGrad = NoGradGuard;

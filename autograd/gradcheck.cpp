@@ -1,9 +1,9 @@
-#include "autograd/gradcheck.h"
+#include <volt/autograd/gradcheck.h>
 
 #include <cmath>
 #include <sstream>
 
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 
 namespace volt::autograd {
 

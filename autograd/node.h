@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/dispatch.h"
+#include <volt/tensor/dispatch.h>
 
 namespace volt::autograd {
 

@@ -1,5 +1,5 @@
 // Lets a printed tensor show its grad_fn, as PyTorch's does: tensor(6., grad_fn=<sum_backward>).
-#include "autograd/node.h"
+#include <volt/autograd/node.h>
 
 namespace volt::autograd {
 namespace {

@@ -1,12 +1,12 @@
-#include "autograd/vjp.h"
+#include <volt/autograd/vjp.h>
 
-#include "tensor/conv.h"
-#include "tensor/custom_op.h"
+#include <volt/tensor/conv.h>
+#include <volt/tensor/custom_op.h>
 
 #include <cmath>
 #include <numeric>
 
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 
 namespace volt::autograd {
 

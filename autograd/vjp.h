@@ -4,7 +4,7 @@
 #pragma once
 #include <vector>
 
-#include "tensor/dispatch.h"
+#include <volt/tensor/dispatch.h>
 
 namespace volt::autograd {
 

@@ -12,17 +12,17 @@
 #include <thread>
 
 #include "common.h"
-#include "data/dataloader.h"
-#include "data/dataset.h"
-#include "data/sampler.h"
-#include "jit/jit.h"
-#include "nn/loss.h"
-#include "nn/mlp.h"
-#include "nn/optim.h"
-#include "tensor/cpu_gemm.h"
-#include "tensor/cpu_threads.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/data/dataloader.h>
+#include <volt/data/dataset.h>
+#include <volt/data/sampler.h>
+#include <volt/jit/jit.h>
+#include <volt/nn/loss.h>
+#include <volt/nn/mlp.h>
+#include <volt/nn/optim.h>
+#include <volt/tensor/cpu_gemm.h>
+#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 namespace volt::bench_cpu {
 

@@ -39,28 +39,28 @@
 
 #include "common.h"
 #include "cpu_figures.h"
-#include "data/dataset.h"
-#include "jit/jit.h"
-#include "jit/step.h"
-#include "nn/loss.h"
-#include "nn/mlp.h"
-#include "nn/optim.h"
-#include "tensor/backend.h"
-#include "tensor/cpu_gemm.h"
-#include "tensor/cpu_threads.h"
-#include "tensor/dispatch.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
-#include "tensor/storage.h"
+#include <volt/data/dataset.h>
+#include <volt/jit/jit.h>
+#include <volt/jit/step.h>
+#include <volt/nn/loss.h>
+#include <volt/nn/mlp.h>
+#include <volt/nn/optim.h>
+#include <volt/tensor/backend.h>
+#include <volt/tensor/cpu_gemm.h>
+#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/dispatch.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
+#include <volt/tensor/storage.h>
 
 #if __has_include("jit/lazy/lazy.h")
-#include "jit/lazy/lazy.h"
+#include <volt/jit/lazy/lazy.h>
 #define VOLT_BENCH_LAZY 1
 #endif
 
 #ifdef VOLT_WITH_CUDA
-#include "tensor/cuda/allocator.h"
-#include "tensor/cuda/runtime.h"
+#include <volt/tensor/cuda/allocator.h>
+#include <volt/tensor/cuda/runtime.h>
 #endif
 
 using namespace volt;

@@ -1,4 +1,4 @@
-#include "data/dataloader.h"
+#include <volt/data/dataloader.h>
 
 #include <algorithm>
 
@@ -29,7 +29,7 @@ Batch DataLoader::make_batch(std::span<const int64_t> indices) const {
   for (int64_t d : dataset_.target_shape()) target_shape.push_back(d);
   Batch batch{Tensor::empty(data_shape, dataset_.data_dtype()),
               Tensor::empty(target_shape, dataset_.target_dtype())};
-  dataset_.gather(indices, batch.data, batch.targets);
+  dataset_.gather(indices, batch.data, batch.target);
   return batch;
 }
 

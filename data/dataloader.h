@@ -17,14 +17,14 @@
 #include <type_traits>
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/sampler.h"
+#include <volt/data/dataset.h>
+#include <volt/data/sampler.h>
 
 namespace volt::data {
 
 struct Batch {
   Tensor data;     // (B, *sample_shape), e.g. f32 (B, 784)
-  Tensor targets;  // (B, *target_shape), e.g. i64 (B)
+  Tensor target;   // (B, *target_shape), e.g. i64 (B)
 };
 
 class DataLoader {
@@ -86,7 +86,7 @@ class DataLoader {
 // LibTorch's spelling, for programs ported from it:
 //   auto loader = volt::data::make_data_loader<volt::data::RandomSampler>(
 //       train, volt::data::DataLoaderOptions().batch_size(64).seed(1));
-//   for (auto& batch : *loader) { batch.data; batch.targets; }
+//   for (auto& batch : *loader) { batch.data; batch.target; }
 struct DataLoaderOptions {
   DataLoaderOptions& batch_size(int64_t n) { batch_size_ = n; return *this; }
   DataLoaderOptions& drop_last(bool on) { drop_last_ = on; return *this; }

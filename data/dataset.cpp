@@ -1,12 +1,12 @@
-#include "data/dataset.h"
+#include <volt/data/dataset.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
-#include "data/idx.h"
-#include "tensor/ops.h"
+#include <volt/data/idx.h>
+#include <volt/tensor/ops.h>
 
 namespace volt::data {
 

@@ -15,7 +15,7 @@
 #include <span>
 #include <string>
 
-#include "tensor/tensor.h"
+#include <volt/tensor/tensor.h>
 
 namespace volt::data {
 

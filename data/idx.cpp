@@ -1,4 +1,4 @@
-#include "data/idx.h"
+#include <volt/data/idx.h>
 
 #include <zlib.h>
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include <volt/tensor/tensor.h>
 
 namespace volt::data {
 

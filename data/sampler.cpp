@@ -1,9 +1,9 @@
-#include "data/sampler.h"
+#include <volt/data/sampler.h>
 
 #include <numeric>
 #include <utility>
 
-#include "tensor/error.h"
+#include <volt/tensor/error.h>
 
 namespace volt::data {
 namespace {

@@ -1,6 +1,6 @@
-#include "data/transforms.h"
+#include <volt/data/transforms.h>
 
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 
 namespace volt::data {
 

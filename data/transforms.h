@@ -6,7 +6,7 @@
 #pragma once
 #include <vector>
 
-#include "data/dataset.h"
+#include <volt/data/dataset.h>
 
 namespace volt::data {
 

@@ -1,9 +1,9 @@
-#include "jit/check.h"
+#include <volt/jit/check.h>
 
 #include <sstream>
 #include <unordered_set>
 
-#include "tensor/custom_op.h"
+#include <volt/tensor/custom_op.h>
 
 namespace volt::jit {
 

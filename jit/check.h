@@ -7,7 +7,7 @@
 #pragma once
 #include <string>
 
-#include "jit/trace.h"
+#include <volt/jit/trace.h>
 
 namespace volt::jit {
 

@@ -1,11 +1,11 @@
-#include "jit/executor.h"
+#include <volt/jit/executor.h>
 
 #include <algorithm>
 #include <mutex>
 #include <unordered_set>
 
-#include "jit/passes.h"
-#include "jit/tracer.h"
+#include <volt/jit/passes.h>
+#include <volt/jit/tracer.h>
 
 namespace volt::jit {
 

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "jit/trace.h"
-#include "tensor/custom_op.h"
-#include "tensor/random.h"
+#include <volt/jit/trace.h>
+#include <volt/tensor/custom_op.h>
+#include <volt/tensor/random.h>
 
 namespace volt::jit {
 

@@ -1,4 +1,4 @@
-#include "jit/fusion.h"
+#include <volt/jit/fusion.h>
 
 #include <algorithm>
 #include <atomic>
@@ -8,10 +8,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "jit/kernel_cache.h"
-#include "jit/passes.h"
-#include "tensor/identifiers.h"
-#include "volt/philox_source.h"
+#include <volt/jit/kernel_cache.h>
+#include <volt/jit/passes.h>
+#include <volt/tensor/identifiers.h>
+#include <volt/philox_source.h>
 
 namespace volt::jit {
 

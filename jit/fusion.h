@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "jit/executor.h"
-#include "jit/trace.h"
+#include <volt/jit/executor.h>
+#include <volt/jit/trace.h>
 
 namespace volt::jit {
 

@@ -1,14 +1,14 @@
-#include "jit/grad.h"
+#include <volt/jit/grad.h>
 
 #include <chrono>
 #include <unordered_map>
 #include <unordered_set>
 
-#include "autograd/vjp.h"
-#include "jit/executor.h"
-#include "jit/passes.h"
-#include "jit/tracer.h"
-#include "tensor/ops.h"
+#include <volt/autograd/vjp.h>
+#include <volt/jit/executor.h>
+#include <volt/jit/passes.h>
+#include <volt/jit/tracer.h>
+#include <volt/tensor/ops.h>
 
 namespace volt::jit {
 

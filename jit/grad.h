@@ -4,7 +4,7 @@
 #pragma once
 #include <vector>
 
-#include "jit/trace.h"
+#include <volt/jit/trace.h>
 
 namespace volt::jit {
 

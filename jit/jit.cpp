@@ -1,4 +1,4 @@
-#include "jit/jit.h"
+#include <volt/jit/jit.h>
 
 #include <algorithm>
 #include <chrono>
@@ -6,15 +6,15 @@
 #include <iostream>
 #include <sstream>
 
-#include "autograd/node.h"
-#include "jit/check.h"
-#include "jit/fusion.h"
-#include "jit/grad.h"
-#include "jit/kernel_cache.h"
-#include "jit/passes.h"
-#include "jit/pipeline.h"
-#include "jit/tracer.h"
-#include "tensor/ops.h"
+#include <volt/autograd/node.h>
+#include <volt/jit/check.h>
+#include <volt/jit/fusion.h>
+#include <volt/jit/grad.h>
+#include <volt/jit/kernel_cache.h>
+#include <volt/jit/passes.h>
+#include <volt/jit/pipeline.h>
+#include <volt/jit/tracer.h>
+#include <volt/tensor/ops.h>
 
 namespace volt::jit {
 

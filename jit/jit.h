@@ -28,8 +28,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "jit/executor.h"
-#include "jit/trace.h"
+#include <volt/jit/executor.h>
+#include <volt/jit/trace.h>
 
 namespace volt::jit {
 

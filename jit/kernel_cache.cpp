@@ -1,4 +1,4 @@
-#include "jit/kernel_cache.h"
+#include <volt/jit/kernel_cache.h>
 
 #include <dlfcn.h>
 #include <fcntl.h>

@@ -1,13 +1,13 @@
-#include "jit/memory_plan.h"
+#include <volt/jit/memory_plan.h>
 
 #include <algorithm>
 #include <limits>
 #include <unordered_map>
 
-#include "jit/executor.h"
-#include "jit/fusion.h"
-#include "tensor/backend.h"
-#include "tensor/random.h"
+#include <volt/jit/executor.h>
+#include <volt/jit/fusion.h>
+#include <volt/tensor/backend.h>
+#include <volt/tensor/random.h>
 
 namespace volt::jit {
 

@@ -20,7 +20,7 @@
 #include <memory>
 #include <vector>
 
-#include "jit/trace.h"
+#include <volt/jit/trace.h>
 
 namespace volt::jit {
 

@@ -1,4 +1,4 @@
-#include "jit/passes.h"
+#include <volt/jit/passes.h>
 
 #include <chrono>
 #include <map>

@@ -3,7 +3,7 @@
 #pragma once
 #include <chrono>
 
-#include "jit/trace.h"
+#include <volt/jit/trace.h>
 
 namespace volt::jit {
 

@@ -1,9 +1,9 @@
-#include "jit/pipeline.h"
+#include <volt/jit/pipeline.h>
 
-#include "jit/check.h"
-#include "jit/fusion.h"
-#include "jit/passes.h"
-#include "jit/tracer.h"
+#include <volt/jit/check.h>
+#include <volt/jit/fusion.h>
+#include <volt/jit/passes.h>
+#include <volt/jit/tracer.h>
 
 namespace volt::jit {
 

@@ -1,15 +1,15 @@
-#include "jit/step.h"
+#include <volt/jit/step.h>
 
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <unordered_set>
 
-#include "jit/fusion.h"
-#include "jit/memory_plan.h"
-#include "jit/passes.h"
-#include "jit/step_trace.h"
-#include "jit/tracer.h"
+#include <volt/jit/fusion.h>
+#include <volt/jit/memory_plan.h>
+#include <volt/jit/passes.h>
+#include <volt/jit/step_trace.h>
+#include <volt/jit/tracer.h>
 
 namespace volt::jit {
 

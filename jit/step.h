@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "jit/jit.h"
+#include <volt/jit/jit.h>
 
 namespace volt::jit {
 

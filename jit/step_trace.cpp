@@ -1,12 +1,12 @@
-#include "jit/step_trace.h"
+#include <volt/jit/step_trace.h>
 
 #include <algorithm>
 #include <unordered_set>
 
-#include "autograd/node.h"
-#include "autograd/vjp.h"
-#include "jit/tracer.h"
-#include "tensor/ops.h"
+#include <volt/autograd/node.h>
+#include <volt/autograd/vjp.h>
+#include <volt/jit/tracer.h>
+#include <volt/tensor/ops.h>
 
 namespace volt::jit {
 

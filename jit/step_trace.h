@@ -13,8 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "jit/step.h"
-#include "jit/trace.h"
+#include <volt/jit/step.h>
+#include <volt/jit/trace.h>
 
 namespace volt::jit {
 

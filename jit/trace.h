@@ -16,7 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tensor/dispatch.h"
+#include <volt/tensor/dispatch.h>
 
 namespace volt::jit {
 

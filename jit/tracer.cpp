@@ -1,12 +1,12 @@
-#include "jit/tracer.h"
+#include <volt/jit/tracer.h>
 
 #include <algorithm>
 #include <unordered_map>
 
-#include "jit/executor.h"
-#include "jit/fusion.h"
-#include "jit/passes.h"
-#include "tensor/random.h"
+#include <volt/jit/executor.h>
+#include <volt/jit/fusion.h>
+#include <volt/jit/passes.h>
+#include <volt/tensor/random.h>
 
 namespace volt::jit {
 

@@ -4,8 +4,8 @@
 #include <memory>
 #include <vector>
 
-#include "jit/trace.h"
-#include "tensor/random.h"
+#include <volt/jit/trace.h>
+#include <volt/tensor/random.h>
 
 namespace volt::jit {
 

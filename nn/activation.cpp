@@ -1,6 +1,6 @@
-#include "nn/activation.h"
+#include <volt/nn/activation.h>
 
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 
 namespace volt::nn {
 

@@ -5,7 +5,7 @@
 //   volt::Tensor y = drop(relu(x));       // same shape as x
 //   drop.eval();                          // now drop(x) returns x unchanged
 #pragma once
-#include "nn/module.h"
+#include <volt/nn/module.h>
 
 namespace volt::nn {
 

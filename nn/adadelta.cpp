@@ -3,9 +3,9 @@
 #include <cmath>
 #include <type_traits>
 
-#include "nn/optim.h"
-#include "tensor/dispatch.h"
-#include "tensor/ops.h"
+#include <volt/nn/optim.h>
+#include <volt/tensor/dispatch.h>
+#include <volt/tensor/ops.h>
 
 namespace volt::nn {
 

@@ -1,13 +1,13 @@
-#include "nn/checkpoint.h"
+#include <volt/nn/checkpoint.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
-#include "nn/serialize.h"
-#include "tensor/error.h"
-#include "tensor/random.h"
+#include <volt/nn/serialize.h>
+#include <volt/tensor/error.h>
+#include <volt/tensor/random.h>
 
 namespace volt::nn {
 namespace fs = std::filesystem;

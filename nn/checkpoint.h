@@ -16,8 +16,8 @@
 #include <cstdint>
 #include <string>
 
-#include "nn/module.h"
-#include "nn/optim.h"
+#include <volt/nn/module.h>
+#include <volt/nn/optim.h>
 
 namespace volt::nn {
 

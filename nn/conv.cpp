@@ -1,8 +1,8 @@
-#include "nn/conv.h"
+#include <volt/nn/conv.h>
 
 #include <cmath>
 
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 
 namespace volt::nn {
 

@@ -10,8 +10,8 @@
 #include <array>
 #include <cstdint>
 
-#include "nn/module.h"
-#include "tensor/conv.h"
+#include <volt/nn/module.h>
+#include <volt/tensor/conv.h>
 
 namespace volt::nn {
 

@@ -4,8 +4,8 @@
 //   volt::Tensor h = F::relu(F::linear(x, w, b));    // x: (B, in), w: (out, in) -> (B, out)
 //   volt::Tensor loss = F::cross_entropy(h, target);  // h: (B, C), target: (B) i64 -> ()
 #pragma once
-#include "tensor/conv.h"
-#include "tensor/ops.h"
+#include <volt/tensor/conv.h>
+#include <volt/tensor/ops.h>
 
 namespace volt::nn::functional {
 

@@ -1,8 +1,8 @@
-#include "nn/linear.h"
+#include <volt/nn/linear.h>
 
 #include <cmath>
 
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 
 namespace volt::nn {
 

@@ -7,7 +7,7 @@
 #pragma once
 #include <cstdint>
 
-#include "nn/module.h"
+#include <volt/nn/module.h>
 
 namespace volt::nn {
 

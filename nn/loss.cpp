@@ -1,6 +1,6 @@
-#include "nn/loss.h"
+#include <volt/nn/loss.h>
 
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 
 namespace volt::nn {
 

@@ -4,7 +4,7 @@
 //   volt::Tensor loss = loss_fn(logits, targets);  // logits: (N, C), targets: (N) i64 -> ()
 //   loss.backward();
 #pragma once
-#include "nn/module.h"
+#include <volt/nn/module.h>
 
 namespace volt::nn {
 

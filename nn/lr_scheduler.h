@@ -12,7 +12,7 @@
 #pragma once
 #include <cstdint>
 
-#include "nn/optim.h"
+#include <volt/nn/optim.h>
 
 namespace volt::nn {
 

@@ -1,7 +1,7 @@
-#include "nn/mlp.h"
+#include <volt/nn/mlp.h>
 
-#include "nn/activation.h"
-#include "nn/linear.h"
+#include <volt/nn/activation.h>
+#include <volt/nn/linear.h>
 
 namespace volt::nn {
 

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "nn/sequential.h"
+#include <volt/nn/sequential.h>
 
 namespace volt::nn {
 

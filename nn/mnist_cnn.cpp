@@ -1,6 +1,6 @@
-#include "nn/mnist_cnn.h"
+#include <volt/nn/mnist_cnn.h>
 
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 
 namespace volt::nn {
 

@@ -11,9 +11,9 @@
 #pragma once
 #include <memory>
 
-#include "nn/activation.h"
-#include "nn/conv.h"
-#include "nn/linear.h"
+#include <volt/nn/activation.h>
+#include <volt/nn/conv.h>
+#include <volt/nn/linear.h>
 
 namespace volt::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/module.h"
+#include <volt/nn/module.h>
 
 #include <cxxabi.h>
 
@@ -8,7 +8,7 @@
 #include <ostream>
 #include <sstream>
 
-#include "tensor/dispatch.h"
+#include <volt/tensor/dispatch.h>
 
 namespace volt::nn {
 

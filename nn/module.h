@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include <volt/tensor/tensor.h>
 
 namespace volt::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/optim.h"
+#include <volt/nn/optim.h>
 
 #include <Eigen/Core>
 #include <immintrin.h>
@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "tensor/cuda/optim.h"
-#include "tensor/dispatch.h"
-#include "tensor/ops.h"
+#include <volt/tensor/cuda/optim.h>
+#include <volt/tensor/dispatch.h>
+#include <volt/tensor/ops.h>
 
 namespace volt::nn {
 

@@ -3,9 +3,9 @@
 #include <map>
 #include <sstream>
 
-#include "nn/optim.h"
-#include "tensor/dispatch.h"
-#include "tensor/error.h"
+#include <volt/nn/optim.h>
+#include <volt/tensor/dispatch.h>
+#include <volt/tensor/error.h>
 
 namespace volt::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/sequential.h"
+#include <volt/nn/sequential.h>
 
 #include <string>
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "nn/module.h"
+#include <volt/nn/module.h>
 
 namespace volt::nn {
 

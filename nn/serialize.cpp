@@ -1,4 +1,4 @@
-#include "nn/serialize.h"
+#include <volt/nn/serialize.h>
 
 #include <nlohmann/json.hpp>
 
@@ -14,7 +14,7 @@
 #include <sstream>
 #include <string_view>
 
-#include "tensor/dispatch.h"
+#include <volt/tensor/dispatch.h>
 
 namespace volt::nn {
 

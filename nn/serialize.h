@@ -12,7 +12,7 @@
 #pragma once
 #include <string>
 
-#include "nn/module.h"
+#include <volt/nn/module.h>
 
 namespace volt::nn {
 

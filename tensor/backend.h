@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "tensor/dispatch.h"
+#include <volt/tensor/dispatch.h>
 
 namespace volt {
 

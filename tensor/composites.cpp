@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "tensor/conv.h"
-#include "tensor/custom_op.h"
-#include "tensor/ops.h"
+#include <volt/tensor/conv.h>
+#include <volt/tensor/custom_op.h>
+#include <volt/tensor/ops.h>
 
 namespace volt {
 

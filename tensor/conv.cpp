@@ -1,7 +1,7 @@
 // conv2d (composite), im2col / col2im / max_pool2d (prims): ops, meta, decomposition.
-#include "tensor/conv.h"
+#include <volt/tensor/conv.h>
 
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 
 namespace volt {
 

@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tensor/dispatch.h"
+#include <volt/tensor/dispatch.h>
 
 namespace volt {
 

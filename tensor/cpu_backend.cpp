@@ -10,13 +10,13 @@
 #include <xmmintrin.h>
 #include <pmmintrin.h>
 
-#include "tensor/backend.h"
-#include "tensor/cpu_threads.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/tensor/backend.h>
+#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 // The Philox text itself (also compiled in random.cpp): inlined here, the draw
 // loop vectorises across elements instead of calling out once per element.
-#include "tensor/philox.inc"
+#include <volt/tensor/philox.inc>
 
 namespace volt {
 
@@ -24,7 +24,7 @@ namespace volt {
 namespace ce {
 using std::exp;
 using std::log;
-#include "tensor/cross_entropy.inc"
+#include <volt/tensor/cross_entropy.inc>
 }  // namespace ce
 
 void cpu_matmul(const Tensor& a, const Tensor& b, Tensor& out);                   // cpu_matmul.cpp

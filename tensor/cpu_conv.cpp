@@ -7,7 +7,7 @@
 #include <cstring>
 #include <limits>
 
-#include "tensor/conv.h"
+#include <volt/tensor/conv.h>
 
 namespace volt {
 

@@ -11,9 +11,9 @@
 #include <cstring>
 #include <string>
 
-#include "tensor/cpu_gemm.h"
-#include "tensor/cpu_threads.h"
-#include "tensor/error.h"
+#include <volt/tensor/cpu_gemm.h>
+#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/error.h>
 
 namespace volt::cpu {
 
@@ -24,7 +24,7 @@ namespace {
 #endif
 
 namespace generic {
-#include "tensor/cpu_gemm_tiles.inc"
+#include <volt/tensor/cpu_gemm_tiles.inc>
 const GemmKernels<float> f32 = {8, 32, packed_tile_loops<float, 8, 32>, skinny<float>};
 const GemmKernels<double> f64 = {8, 16, packed_tile_loops<double, 8, 16>, skinny<double>};
 }  // namespace generic
@@ -38,7 +38,7 @@ const GemmKernels<double> f64 = {8, 16, packed_tile_loops<double, 8, 16>, skinny
 #pragma GCC target("avx2,fma")
 #endif
 namespace avx2 {
-#include "tensor/cpu_gemm_tiles.inc"
+#include <volt/tensor/cpu_gemm_tiles.inc>
 struct Ops {
   static __m256 zero() { return _mm256_setzero_ps(); }
   static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
@@ -66,7 +66,7 @@ const GemmKernels<double> f64 = {6, 8, packed_tile_loops<double, 6, 8>, skinny<d
 #pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")
 #endif
 namespace avx512 {
-#include "tensor/cpu_gemm_tiles.inc"
+#include <volt/tensor/cpu_gemm_tiles.inc>
 struct Ops {
   static __m512 zero() { return _mm512_setzero_ps(); }
   static __m512 load(const float* p) { return _mm512_loadu_ps(p); }

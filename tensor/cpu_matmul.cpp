@@ -6,9 +6,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "tensor/cpu_gemm.h"
-#include "tensor/cpu_threads.h"
-#include "tensor/tensor.h"
+#include <volt/tensor/cpu_gemm.h>
+#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/tensor.h>
 
 namespace volt {
 

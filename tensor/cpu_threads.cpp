@@ -1,5 +1,5 @@
 // The thread pool of tensor/cpu_threads.h.
-#include "tensor/cpu_threads.h"
+#include <volt/tensor/cpu_threads.h>
 
 #include <sched.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -19,7 +19,7 @@
 #include <omp.h>
 #endif
 
-#include "tensor/error.h"
+#include <volt/tensor/error.h>
 
 namespace volt::cpu {
 

@@ -1,4 +1,4 @@
-#include "tensor/custom_op.h"
+#include <volt/tensor/custom_op.h>
 
 #include <deque>
 #include <mutex>

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/dispatch.h"
+#include <volt/tensor/dispatch.h>
 
 namespace volt {
 

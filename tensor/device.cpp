@@ -1,6 +1,6 @@
-#include "tensor/device.h"
+#include <volt/tensor/device.h>
 
-#include "tensor/error.h"
+#include <volt/tensor/error.h>
 
 namespace volt {
 

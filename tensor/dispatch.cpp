@@ -1,10 +1,10 @@
-#include "tensor/dispatch.h"
+#include <volt/tensor/dispatch.h>
 
 #include <array>
 #include <optional>
 
-#include "tensor/backend.h"
-#include "tensor/custom_op.h"
+#include <volt/tensor/backend.h>
+#include <volt/tensor/custom_op.h>
 
 namespace volt {
 

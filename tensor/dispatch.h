@@ -11,8 +11,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "tensor/op_table.h"
-#include "tensor/tensor.h"
+#include <volt/tensor/op_table.h>
+#include <volt/tensor/tensor.h>
 
 namespace volt {
 

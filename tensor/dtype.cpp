@@ -1,4 +1,4 @@
-#include "tensor/dtype.h"
+#include <volt/tensor/dtype.h>
 
 #include <algorithm>
 

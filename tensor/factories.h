@@ -11,7 +11,7 @@
 #include <ostream>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include <volt/tensor/tensor.h>
 
 namespace volt {
 

@@ -1,11 +1,11 @@
 // t.index({...}) and t.index_put_({...}, v): views for integers, slices, None and
 // Ellipsis; a boolean mask over the leading dims read as a copy, written with where.
-#include "tensor/indexing.h"
+#include <volt/tensor/indexing.h>
 
 #include <algorithm>
 
-#include "tensor/dispatch.h"
-#include "tensor/ops.h"
+#include <volt/tensor/dispatch.h>
+#include <volt/tensor/ops.h>
 
 namespace volt {
 namespace {

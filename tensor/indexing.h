@@ -20,7 +20,7 @@
 #include <variant>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include <volt/tensor/tensor.h>
 
 namespace volt::indexing {
 

@@ -2,9 +2,9 @@
 // Tracers use these to give proxies their shape, dtype and device.
 #include <algorithm>
 
-#include "tensor/conv.h"
-#include "tensor/custom_op.h"
-#include "tensor/dispatch.h"
+#include <volt/tensor/conv.h>
+#include <volt/tensor/custom_op.h>
+#include <volt/tensor/dispatch.h>
 
 namespace volt {
 

@@ -1,4 +1,4 @@
-#include "tensor/op_table.h"
+#include <volt/tensor/op_table.h>
 
 #include <cstddef>
 

@@ -1,9 +1,9 @@
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 
 #include <algorithm>
 #include <numeric>
 
-#include "tensor/random.h"
+#include <volt/tensor/random.h>
 
 namespace volt {
 

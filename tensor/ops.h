@@ -4,8 +4,8 @@
 #pragma once
 #include <vector>
 
-#include "tensor/dispatch.h"
-#include "tensor/tensor.h"
+#include <volt/tensor/dispatch.h>
+#include <volt/tensor/tensor.h>
 
 namespace volt {
 

@@ -6,7 +6,7 @@
 #include <ostream>
 #include <sstream>
 
-#include "tensor/tensor.h"
+#include <volt/tensor/tensor.h>
 
 namespace volt {
 

@@ -1,11 +1,11 @@
-#include "tensor/random.h"
+#include <volt/tensor/random.h>
 
 #include <cmath>
 #include <mutex>
 
 namespace volt {
 
-#include "tensor/philox.inc"
+#include <volt/tensor/philox.inc>
 
 namespace {
 std::mutex g_mutex;

@@ -1,4 +1,4 @@
-#include "tensor/scalar.h"
+#include <volt/tensor/scalar.h>
 
 #include <charconv>
 #include <cmath>

@@ -5,7 +5,7 @@
 #include <string>
 #include <type_traits>
 
-#include "tensor/dtype.h"
+#include <volt/tensor/dtype.h>
 
 namespace volt {
 

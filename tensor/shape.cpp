@@ -1,6 +1,6 @@
-#include "tensor/shape.h"
+#include <volt/tensor/shape.h>
 
-#include "tensor/error.h"
+#include <volt/tensor/error.h>
 
 namespace volt {
 

@@ -1,10 +1,10 @@
-#include "tensor/storage.h"
+#include <volt/tensor/storage.h>
 
 #include <cstdint>
 #include <atomic>
 
-#include "tensor/backend.h"
-#include "tensor/error.h"
+#include <volt/tensor/backend.h>
+#include <volt/tensor/error.h>
 
 namespace volt {
 

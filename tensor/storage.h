@@ -5,7 +5,7 @@
 #include <functional>
 #include <memory>
 
-#include "tensor/device.h"
+#include <volt/tensor/device.h>
 
 namespace volt {
 

@@ -1,12 +1,12 @@
-#include "tensor/tensor.h"
+#include <volt/tensor/tensor.h>
 
 #include <cmath>
 #include <numeric>
 
-#include "tensor/backend.h"
-#include "tensor/dispatch.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/tensor/backend.h>
+#include <volt/tensor/dispatch.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 namespace volt {
 

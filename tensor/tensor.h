@@ -15,12 +15,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "tensor/device.h"
-#include "tensor/dtype.h"
-#include "tensor/error.h"
-#include "tensor/scalar.h"
-#include "tensor/shape.h"
-#include "tensor/storage.h"
+#include <volt/tensor/device.h>
+#include <volt/tensor/dtype.h>
+#include <volt/tensor/error.h>
+#include <volt/tensor/scalar.h>
+#include <volt/tensor/shape.h>
+#include <volt/tensor/storage.h>
 
 namespace volt {
 

@@ -27,8 +27,8 @@
 #include <omp.h>
 #endif
 
-#include "jit/executor.h"
-#include "tensor/ops.h"
+#include <volt/jit/executor.h>
+#include <volt/tensor/ops.h>
 
 namespace volt_example {
 

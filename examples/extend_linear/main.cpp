@@ -26,15 +26,15 @@
 #include <string>
 #include <vector>
 
-#include "examples/extend_linear/eigen_linear.h"
-#include "jit/jit.h"
-#include "nn/activation.h"
-#include "nn/linear.h"
-#include "nn/loss.h"
-#include "nn/mlp.h"
-#include "nn/optim.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include "eigen_linear.h"
+#include <volt/jit/jit.h>
+#include <volt/nn/activation.h>
+#include <volt/nn/linear.h>
+#include <volt/nn/loss.h>
+#include <volt/nn/mlp.h>
+#include <volt/nn/optim.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 using Clock = std::chrono::steady_clock;

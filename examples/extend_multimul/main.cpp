@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "jit/jit.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/jit/jit.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 using jit::OperatorExecutor;

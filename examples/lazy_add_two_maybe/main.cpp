@@ -7,9 +7,9 @@
 // right, and each branch is its own graph with its own cache entry.
 #include <iostream>
 
-#include "jit/lazy/lazy.h"
-#include "jit/tracer.h"
-#include "tensor/ops.h"
+#include <volt/jit/lazy/lazy.h>
+#include <volt/jit/tracer.h>
+#include <volt/tensor/ops.h>
 
 using namespace volt;
 

@@ -11,11 +11,11 @@
 #include <functional>
 #include <vector>
 
-#include "data/dataloader.h"
-#include "jit/lazy/lazy.h"
-#include "nn/loss.h"
-#include "nn/module.h"
-#include "nn/optim.h"
+#include <volt/data/dataloader.h>
+#include <volt/jit/lazy/lazy.h>
+#include <volt/nn/loss.h>
+#include <volt/nn/module.h>
+#include <volt/nn/optim.h>
 
 namespace volt::lazy_example {
 
@@ -29,7 +29,7 @@ inline double train_steps(nn::Module& net, nn::Optimizer& opt, const std::vector
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < steps; ++step) {
     const data::Batch& b = batches[static_cast<size_t>(step) % batches.size()];
-    Tensor x = b.data.to(kLazy), y = b.targets.to(kLazy);
+    Tensor x = b.data.to(kLazy), y = b.target.to(kLazy);
     opt.zero_grad();
     Tensor loss = loss_fn(net(x), y);
     loss.backward();

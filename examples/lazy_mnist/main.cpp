@@ -18,14 +18,14 @@
 #include <string>
 #include <vector>
 
-#include "data/dataloader.h"
-#include "data/transforms.h"
-#include "jit/lazy/lazy.h"
-#include "nn/lr_scheduler.h"
-#include "nn/mnist_cnn.h"
-#include "nn/optim.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/data/dataloader.h>
+#include <volt/data/transforms.h>
+#include <volt/jit/lazy/lazy.h>
+#include <volt/nn/lr_scheduler.h>
+#include <volt/nn/mnist_cnn.h>
+#include <volt/nn/optim.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 using Clock = std::chrono::steady_clock;
@@ -101,7 +101,7 @@ void train(int64_t log_interval, nn::Module& model, data::DataLoader& train_load
   int64_t batch_idx = 0;
   for (const data::Batch& b : train_loader) {
     if (max_batches > 0 && batch_idx == max_batches) break;
-    Tensor data = b.data.to(kLazy), target = b.targets.to(kLazy);
+    Tensor data = b.data.to(kLazy), target = b.target.to(kLazy);
     optimizer.zero_grad();
     Tensor output = model(data);
     Tensor loss = nll_loss(output, target);
@@ -126,7 +126,7 @@ void test(nn::Module& model, data::DataLoader& test_loader) {
   double loss_sum = 0;
   int64_t correct = 0;
   for (const data::Batch& b : test_loader) {
-    Tensor data = b.data.to(kLazy), target = b.targets.to(kLazy);
+    Tensor data = b.data.to(kLazy), target = b.target.to(kLazy);
     Tensor output = model(data);
     Tensor batch_loss = mul(nll_loss(output, target), static_cast<double>(b.data.size(0)));
     Tensor hits = sum(eq(argmax(output, 1), target));

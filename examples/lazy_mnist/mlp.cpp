@@ -17,12 +17,12 @@
 #include <iostream>
 #include <string>
 
-#include "data/dataset.h"
-#include "data/sampler.h"
-#include "examples/lazy_mnist/lazy_training.h"
-#include "jit/jit.h"
-#include "nn/mlp.h"
-#include "tensor/random.h"
+#include <volt/data/dataset.h>
+#include <volt/data/sampler.h>
+#include "lazy_training.h"
+#include <volt/jit/jit.h>
+#include <volt/nn/mlp.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 using Clock = std::chrono::steady_clock;
@@ -131,7 +131,7 @@ double cpu_steps(bool use_jit, const Options& o, const std::vector<data::Batch>&
     const data::Batch& b = batches[static_cast<size_t>(i) % batches.size()];
     opt.zero_grad();
     Tensor out = use_jit ? jm(b.data) : (*net)(b.data);
-    Tensor loss = loss_fn(out, b.targets);
+    Tensor loss = loss_fn(out, b.target);
     loss.backward();
     opt.step();
   };

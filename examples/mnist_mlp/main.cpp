@@ -25,20 +25,20 @@
 #include <CLI/CLI.hpp>
 
 #include "common/training_log.h"
-#include "jit/jit.h"
-#include "jit/step.h"
+#include <volt/jit/jit.h>
+#include <volt/jit/step.h>
 
-#include "data/dataloader.h"
-#include "data/dataset.h"
-#include "data/sampler.h"
-#include "nn/checkpoint.h"
-#include "nn/loss.h"
-#include "nn/mlp.h"
-#include "nn/optim.h"
-#include "tensor/backend.h"
-#include "tensor/dispatch.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/data/dataloader.h>
+#include <volt/data/dataset.h>
+#include <volt/data/sampler.h>
+#include <volt/nn/checkpoint.h>
+#include <volt/nn/loss.h>
+#include <volt/nn/mlp.h>
+#include <volt/nn/optim.h>
+#include <volt/tensor/backend.h>
+#include <volt/tensor/dispatch.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 using Clock = std::chrono::steady_clock;

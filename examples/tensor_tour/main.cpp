@@ -1,8 +1,8 @@
 // A short tour of volt's tensors: creation, broadcasting, views, reductions, matmul.
 #include <iostream>
 
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using volt::Tensor;
 

@@ -1,15 +1,15 @@
-#include "jit/cuda/executors.h"
+#include <volt/jit/cuda/executors.h>
 
 #include <algorithm>
 #include <mutex>
 #include <regex>
 #include <unordered_map>
 
-#include "jit/fusion.h"
-#include "tensor/cuda/backend.h"
-#include "tensor/cuda/nvrtc.h"
-#include "tensor/cuda/runtime.h"
-#include "tensor/identifiers.h"
+#include <volt/jit/fusion.h>
+#include <volt/tensor/cuda/backend.h>
+#include <volt/tensor/cuda/nvrtc.h>
+#include <volt/tensor/cuda/runtime.h>
+#include <volt/tensor/identifiers.h>
 
 namespace volt::jit::cuda {
 

@@ -15,7 +15,7 @@
 #pragma once
 #include <string>
 
-#include "jit/executor.h"
+#include <volt/jit/executor.h>
 
 namespace volt::jit::cuda {
 

@@ -5,7 +5,7 @@
 // LazyTensor names the tensor's current value (an immutable LazyValue); an
 // in-place op points it at a new value.  A value is either pending (made by a
 // node of the graph) or holds data on the backend device.
-#include "jit/lazy/lazy.h"
+#include <volt/jit/lazy/lazy.h>
 
 #include <algorithm>
 #include <charconv>
@@ -21,15 +21,15 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "jit/executor.h"
-#include "jit/fusion.h"
-#include "jit/kernel_cache.h"
-#include "jit/passes.h"
-#include "jit/pipeline.h"
-#include "jit/tracer.h"
-#include "tensor/backend.h"
-#include "tensor/custom_op.h"
-#include "tensor/random.h"
+#include <volt/jit/executor.h>
+#include <volt/jit/fusion.h>
+#include <volt/jit/kernel_cache.h>
+#include <volt/jit/passes.h>
+#include <volt/jit/pipeline.h>
+#include <volt/jit/tracer.h>
+#include <volt/tensor/backend.h>
+#include <volt/tensor/custom_op.h>
+#include <volt/tensor/random.h>
 
 namespace volt::lazy {
 

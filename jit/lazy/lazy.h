@@ -42,8 +42,8 @@
 #include <string>
 #include <vector>
 
-#include "jit/trace.h"
-#include "tensor/tensor.h"
+#include <volt/jit/trace.h>
+#include <volt/tensor/tensor.h>
 
 namespace volt::lazy {
 

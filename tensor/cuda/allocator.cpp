@@ -1,4 +1,4 @@
-#include "tensor/cuda/allocator.h"
+#include <volt/tensor/cuda/allocator.h>
 
 #include <algorithm>
 #include <map>
@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tensor/cuda/runtime.h"
+#include <volt/tensor/cuda/runtime.h>
 
 namespace volt::cuda {
 

@@ -9,13 +9,13 @@
 #include <optional>
 #include <unordered_map>
 
-#include "tensor/backend.h"
-#include "tensor/cuda/allocator.h"
-#include "tensor/cuda/backend.h"
-#include "tensor/cuda/conv.h"
-#include "tensor/cuda/kernels.h"
-#include "tensor/cuda/runtime.h"
-#include "tensor/ops.h"
+#include <volt/tensor/backend.h>
+#include <volt/tensor/cuda/allocator.h>
+#include <volt/tensor/cuda/backend.h>
+#include <volt/tensor/cuda/conv.h>
+#include <volt/tensor/cuda/kernels.h>
+#include <volt/tensor/cuda/runtime.h>
+#include <volt/tensor/ops.h>
 
 namespace volt::cuda {
 

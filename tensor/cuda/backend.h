@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "tensor/cuda/kernels.h"
-#include "tensor/cuda/nvrtc.h"
-#include "tensor/tensor.h"
+#include <volt/tensor/cuda/kernels.h>
+#include <volt/tensor/cuda/nvrtc.h>
+#include <volt/tensor/tensor.h>
 
 namespace volt::cuda {
 

@@ -1,10 +1,10 @@
-#include "tensor/cuda/conv.h"
+#include <volt/tensor/cuda/conv.h>
 
 #include <limits>
 #include <sstream>
 
-#include "tensor/conv.h"
-#include "tensor/cuda/backend.h"
+#include <volt/tensor/conv.h>
+#include <volt/tensor/cuda/backend.h>
 
 namespace volt::cuda {
 

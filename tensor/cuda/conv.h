@@ -6,7 +6,7 @@
 #pragma once
 #include <string>
 
-#include "tensor/dispatch.h"
+#include <volt/tensor/dispatch.h>
 
 namespace volt::cuda {
 

@@ -1,10 +1,10 @@
-#include "tensor/cuda/kernels.h"
+#include <volt/tensor/cuda/kernels.h>
 
 #include <sstream>
 
-#include "tensor/error.h"
-#include "tensor/identifiers.h"
-#include "volt/cross_entropy_source.h"
+#include <volt/tensor/error.h>
+#include <volt/tensor/identifiers.h>
+#include <volt/cross_entropy_source.h>
 
 namespace volt::cuda {
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "tensor/dispatch.h"
-#include "tensor/dtype.h"
-#include "tensor/op_table.h"
+#include <volt/tensor/dispatch.h>
+#include <volt/tensor/dtype.h>
+#include <volt/tensor/op_table.h>
 
 namespace volt::cuda {
 

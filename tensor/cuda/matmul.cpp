@@ -4,9 +4,9 @@
 // place with op T; anything else oddly strided is packed once.
 #include <optional>
 
-#include "tensor/cuda/backend.h"
-#include "tensor/cuda/runtime.h"
-#include "tensor/dispatch.h"
+#include <volt/tensor/cuda/backend.h>
+#include <volt/tensor/cuda/runtime.h>
+#include <volt/tensor/dispatch.h>
 
 namespace volt::cuda {
 

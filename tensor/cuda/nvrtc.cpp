@@ -1,4 +1,4 @@
-#include "tensor/cuda/nvrtc.h"
+#include <volt/tensor/cuda/nvrtc.h>
 
 #include <unistd.h>
 
@@ -13,8 +13,8 @@
 
 #include <xxhash.h>
 
-#include "tensor/cuda/runtime.h"
-#include "volt/philox_source.h"
+#include <volt/tensor/cuda/runtime.h>
+#include <volt/philox_source.h>
 
 namespace volt::cuda {
 

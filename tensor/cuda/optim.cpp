@@ -1,10 +1,10 @@
-#include "tensor/cuda/optim.h"
+#include <volt/tensor/cuda/optim.h>
 
 #include <algorithm>
 
-#include "tensor/cuda/backend.h"
-#include "tensor/cuda/kernels.h"
-#include "tensor/cuda/runtime.h"
+#include <volt/tensor/cuda/backend.h>
+#include <volt/tensor/cuda/kernels.h>
+#include <volt/tensor/cuda/runtime.h>
 
 namespace volt::cuda {
 

@@ -5,7 +5,7 @@
 #pragma once
 #include <vector>
 
-#include "tensor/tensor.h"
+#include <volt/tensor/tensor.h>
 
 namespace volt::cuda {
 

@@ -1,4 +1,4 @@
-#include "tensor/cuda/runtime.h"
+#include <volt/tensor/cuda/runtime.h>
 
 #include <array>
 #include <atomic>

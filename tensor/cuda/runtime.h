@@ -14,8 +14,8 @@
 #include <sstream>
 #include <string>
 
-#include "tensor/device.h"
-#include "tensor/error.h"
+#include <volt/tensor/device.h>
+#include <volt/tensor/error.h>
 
 namespace volt::cuda {
 

@@ -1,10 +1,10 @@
 // Backward semantics: accumulation, no_grad, detach, retain_graph, errors.
 #include <doctest/doctest.h>
 
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/autograd/grad_mode.h>
+#include <volt/autograd/node.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 #include "tests/tensor/reference.h"
 
 using namespace volt;

@@ -3,9 +3,9 @@
 // to recorded tensors are recorded; overlapping destinations are refused.
 #include <doctest/doctest.h>
 
-#include "nn/optim.h"
-#include "tensor/ops.h"
-#include "tensor/tensor.h"
+#include <volt/nn/optim.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/tensor.h>
 
 using namespace volt;
 

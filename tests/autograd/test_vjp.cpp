@@ -5,9 +5,9 @@
 #include <functional>
 #include <string>
 
-#include "autograd/gradcheck.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/autograd/gradcheck.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 #include "tests/tensor/reference.h"
 
 using namespace volt;

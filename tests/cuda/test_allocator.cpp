@@ -3,7 +3,7 @@
 #include <doctest/doctest.h>
 
 #ifdef VOLT_WITH_CUDA
-#include "tensor/cuda/allocator.h"
+#include <volt/tensor/cuda/allocator.h>
 
 using volt::cuda::size_class;
 

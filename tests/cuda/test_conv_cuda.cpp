@@ -6,14 +6,14 @@
 #ifdef VOLT_WITH_CUDA
 #include <cmath>
 
-#include "nn/mnist_cnn.h"
-#include "nn/optim.h"
-#include "tensor/conv.h"
-#include "tensor/cuda/conv.h"
-#include "tensor/cuda/nvrtc.h"
-#include "tensor/cuda/runtime.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/nn/mnist_cnn.h>
+#include <volt/nn/optim.h>
+#include <volt/tensor/conv.h>
+#include <volt/tensor/cuda/conv.h>
+#include <volt/tensor/cuda/nvrtc.h>
+#include <volt/tensor/cuda/runtime.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 #include "tests/tensor/reference.h"
 
 using namespace volt;

@@ -16,16 +16,16 @@
 #include <memory>
 #include <sstream>
 
-#include "jit/cuda/executors.h"
-#include "jit/jit.h"
-#include "nn/loss.h"
-#include "nn/mlp.h"
-#include "nn/optim.h"
-#include "tensor/cuda/allocator.h"
-#include "tensor/cuda/nvrtc.h"
-#include "tensor/cuda/runtime.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/jit/cuda/executors.h>
+#include <volt/jit/jit.h>
+#include <volt/nn/loss.h>
+#include <volt/nn/mlp.h>
+#include <volt/nn/optim.h>
+#include <volt/tensor/cuda/allocator.h>
+#include <volt/tensor/cuda/nvrtc.h>
+#include <volt/tensor/cuda/runtime.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 

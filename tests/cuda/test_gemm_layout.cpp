@@ -7,9 +7,9 @@
 #include <cmath>
 #include <functional>
 
-#include "tensor/cuda/backend.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/tensor/cuda/backend.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 

@@ -19,14 +19,14 @@
 #include <map>
 #include <memory>
 
-#include "jit/cuda/executors.h"
-#include "jit/jit.h"
-#include "nn/optim.h"
-#include "tensor/cuda/backend.h"
-#include "tensor/cuda/kernels.h"
-#include "tensor/cuda/nvrtc.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/jit/cuda/executors.h>
+#include <volt/jit/jit.h>
+#include <volt/nn/optim.h>
+#include <volt/tensor/cuda/backend.h>
+#include <volt/tensor/cuda/kernels.h>
+#include <volt/tensor/cuda/nvrtc.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 

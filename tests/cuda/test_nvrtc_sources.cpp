@@ -8,14 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "jit/cuda/executors.h"
-#include "jit/jit.h"
-#include "nn/loss.h"
-#include "nn/mlp.h"
-#include "tensor/cuda/kernels.h"
-#include "tensor/cuda/nvrtc.h"
-#include "tensor/cuda/runtime.h"
-#include "tensor/random.h"
+#include <volt/jit/cuda/executors.h>
+#include <volt/jit/jit.h>
+#include <volt/nn/loss.h>
+#include <volt/nn/mlp.h>
+#include <volt/tensor/cuda/kernels.h>
+#include <volt/tensor/cuda/nvrtc.h>
+#include <volt/tensor/cuda/runtime.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 

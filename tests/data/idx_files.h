@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/error.h"
+#include <volt/tensor/error.h>
 
 namespace volt::test {
 

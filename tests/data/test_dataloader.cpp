@@ -5,9 +5,9 @@
 #include <numeric>
 #include <set>
 
-#include "data/dataloader.h"
+#include <volt/data/dataloader.h>
 #include "idx_files.h"
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 
 using namespace volt;
 using namespace volt::test;
@@ -104,8 +104,8 @@ TEST_CASE("DataLoader: sequential batches, the short last batch and drop_last") 
   for (const data::Batch& b : loader) {
     shapes.push_back(b.data.sizes());
     CHECK(b.data.dtype() == DType::f32);
-    CHECK(b.targets.dtype() == DType::i64);
-    CHECK(b.targets.sizes() == Shape{b.data.size(0)});
+    CHECK(b.target.dtype() == DType::i64);
+    CHECK(b.target.sizes() == Shape{b.data.size(0)});
   }
   CHECK(shapes == std::vector<Shape>{{4, 3}, {4, 3}, {2, 3}});
   CHECK(visit(loader) == iota(10));
@@ -154,8 +154,8 @@ TEST_CASE("DataLoader: batches outlive the loop, non-scalar targets, bad argumen
   REQUIRE(kept.size() == 2);
   CHECK(kept[0].data.sizes() == Shape{2, 2, 2});
   CHECK(kept[0].data.dtype() == DType::u8);
-  CHECK(kept[0].targets.sizes() == Shape{2, 2});
-  CHECK(kept[0].targets.to_vector<double>() == std::vector<double>{0.5, 1, 1.5, 2});
+  CHECK(kept[0].target.sizes() == Shape{2, 2});
+  CHECK(kept[0].target.to_vector<double>() == std::vector<double>{0.5, 1, 1.5, 2});
   CHECK(kept[1].data.to_vector<uint8_t>() == std::vector<uint8_t>{8, 9, 10, 11});
 
   CHECK(contains(error_of([&] { data::DataLoader(ds, 0); }), "batch_size must be positive"));

@@ -1,7 +1,7 @@
 // IDX reader: raw and gzip files, and every way a file can be bad.
 #include <doctest/doctest.h>
 
-#include "data/idx.h"
+#include <volt/data/idx.h>
 #include "idx_files.h"
 
 using namespace volt;

@@ -21,7 +21,7 @@ if [ ! -f build-fuzz/CMakeCache.txt ]; then
 fi
 cmake --build build-fuzz -j "$(nproc)" --target volt
 bin=build-fuzz/fuzz_$target
-clang++ -std=c++20 $flags -fsanitize=fuzzer -DVOLT_FUZZ_TARGET="$target" -I. -Itests \
+clang++ -std=c++20 $flags -fsanitize=fuzzer -DVOLT_FUZZ_TARGET="$target" -I. -Itests -Ibuild-fuzz/include -Ibuild-fuzz/generated \
   tests/fuzz/fuzz_main.cc -o "$bin" -Lbuild-fuzz -lvolt -lz -Wl,-rpath,"$PWD/build-fuzz"
 
 mkdir -p "build-fuzz/corpus/$target" "tests/fuzz/crashes/$target"

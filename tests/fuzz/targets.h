@@ -14,10 +14,10 @@
 
 #include <filesystem>
 
-#include "data/idx.h"
-#include "jit/kernel_cache.h"
-#include "nn/sequential.h"
-#include "nn/serialize.h"
+#include <volt/data/idx.h>
+#include <volt/jit/kernel_cache.h>
+#include <volt/nn/sequential.h>
+#include <volt/nn/serialize.h>
 
 namespace volt::fuzz {
 

@@ -8,14 +8,14 @@
 #include <memory>
 #include <string>
 
-#include "jit/jit.h"
-#include "jit/lazy/lazy.h"
-#include "nn/lr_scheduler.h"
-#include "nn/mnist_cnn.h"
-#include "nn/optim.h"
-#include "tensor/conv.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/jit/jit.h>
+#include <volt/jit/lazy/lazy.h>
+#include <volt/nn/lr_scheduler.h>
+#include <volt/nn/mnist_cnn.h>
+#include <volt/nn/optim.h>
+#include <volt/tensor/conv.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 #include "tests/tensor/reference.h"
 
 using namespace volt;

@@ -4,9 +4,9 @@
 
 #include <cmath>
 
-#include "jit/jit.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/jit/jit.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 #include "tests/tensor/reference.h"
 
 using namespace volt;

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "examples/extend_linear/eigen_linear.h"
-#include "jit/jit.h"
-#include "nn/loss.h"
-#include "nn/mlp.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/jit/jit.h>
+#include <volt/nn/loss.h>
+#include <volt/nn/mlp.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 using volt_example::eigen_linear;

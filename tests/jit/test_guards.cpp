@@ -4,8 +4,8 @@
 #include <iostream>
 #include <sstream>
 
-#include "jit/jit.h"
-#include "tensor/ops.h"
+#include <volt/jit/jit.h>
+#include <volt/tensor/ops.h>
 
 using namespace volt;
 

@@ -6,11 +6,11 @@
 #include <fstream>
 #include <unistd.h>
 
-#include "autograd/node.h"
-#include "jit/jit.h"
-#include "nn/mlp.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/autograd/node.h>
+#include <volt/jit/jit.h>
+#include <volt/nn/mlp.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 

@@ -2,8 +2,8 @@
 // an error, as in eager autograd, never a silently wrong gradient.
 #include <doctest/doctest.h>
 
-#include "jit/jit.h"
-#include "tensor/ops.h"
+#include <volt/jit/jit.h>
+#include <volt/tensor/ops.h>
 
 using namespace volt;
 

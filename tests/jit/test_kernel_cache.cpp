@@ -14,9 +14,9 @@
 #include <iterator>
 #include <sstream>
 
-#include "jit/jit.h"
-#include "jit/kernel_cache.h"
-#include "tensor/ops.h"
+#include <volt/jit/jit.h>
+#include <volt/jit/kernel_cache.h>
+#include <volt/tensor/ops.h>
 
 using namespace volt;
 namespace fs = std::filesystem;

@@ -6,16 +6,16 @@
 #include <cmath>
 #include <memory>
 
-#include "jit/lazy/lazy.h"
-#include "jit/trace.h"
-#include "jit/tracer.h"
-#include "nn/loss.h"
-#include "nn/mlp.h"
-#include "nn/optim.h"
-#include "tensor/custom_op.h"
-#include "tensor/dispatch.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/jit/lazy/lazy.h>
+#include <volt/jit/trace.h>
+#include <volt/jit/tracer.h>
+#include <volt/nn/loss.h>
+#include <volt/nn/mlp.h>
+#include <volt/nn/optim.h>
+#include <volt/tensor/custom_op.h>
+#include <volt/tensor/dispatch.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 #include "tests/tensor/reference.h"
 
 using namespace volt;

@@ -7,14 +7,14 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "jit/memory_plan.h"
-#include "jit/step.h"
-#include "nn/functional.h"
-#include "nn/mlp.h"
-#include "nn/optim.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
-#include "tensor/storage.h"
+#include <volt/jit/memory_plan.h>
+#include <volt/jit/step.h>
+#include <volt/nn/functional.h>
+#include <volt/nn/mlp.h>
+#include <volt/nn/optim.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
+#include <volt/tensor/storage.h>
 
 using namespace volt;
 

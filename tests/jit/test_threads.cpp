@@ -5,10 +5,10 @@
 #include <thread>
 #include <vector>
 
-#include "jit/jit.h"
-#include "nn/mlp.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/jit/jit.h>
+#include <volt/nn/mlp.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 

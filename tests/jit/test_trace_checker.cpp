@@ -7,12 +7,12 @@
 #include <set>
 #include <sstream>
 
-#include "jit/check.h"
-#include "jit/jit.h"
-#include "nn/loss.h"
-#include "nn/mlp.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/jit/check.h>
+#include <volt/jit/jit.h>
+#include <volt/nn/loss.h>
+#include <volt/nn/mlp.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 

@@ -4,10 +4,10 @@
 
 #include <cmath>
 
-#include "autograd/grad_mode.h"
-#include "jit/jit.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/autograd/grad_mode.h>
+#include <volt/jit/jit.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 #include "tests/tensor/reference.h"
 
 using namespace volt;

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <vector>
 
-#include "nn/lr_scheduler.h"
-#include "nn/optim.h"
-#include "tensor/ops.h"
+#include <volt/nn/lr_scheduler.h>
+#include <volt/nn/optim.h>
+#include <volt/tensor/ops.h>
 
 using namespace volt;
 

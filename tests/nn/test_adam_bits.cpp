@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "nn/optim.h"
-#include "tensor/tensor.h"
+#include <volt/nn/optim.h>
+#include <volt/tensor/tensor.h>
 
 using namespace volt;
 

@@ -5,13 +5,13 @@
 #include <filesystem>
 #include <fstream>
 
-#include "data/dataloader.h"
-#include "nn/checkpoint.h"
-#include "nn/loss.h"
-#include "nn/mlp.h"
-#include "nn/optim.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/data/dataloader.h>
+#include <volt/nn/checkpoint.h>
+#include <volt/nn/loss.h>
+#include <volt/nn/mlp.h>
+#include <volt/nn/optim.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 namespace fs = std::filesystem;

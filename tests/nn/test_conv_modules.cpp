@@ -5,13 +5,13 @@
 #include <cmath>
 #include <sstream>
 
-#include "data/transforms.h"
-#include "nn/activation.h"
-#include "nn/conv.h"
-#include "nn/functional.h"
-#include "nn/sequential.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/data/transforms.h>
+#include <volt/nn/activation.h>
+#include <volt/nn/conv.h>
+#include <volt/nn/functional.h>
+#include <volt/nn/sequential.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 

@@ -1,11 +1,11 @@
 // Dropout: keep rate, exact 1/(1-p) scaling, eval is identity, seeded masks.
 #include <doctest/doctest.h>
 
-#include "nn/activation.h"
-#include "nn/mlp.h"
-#include "tensor/dispatch.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/nn/activation.h>
+#include <volt/nn/mlp.h>
+#include <volt/tensor/dispatch.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 

@@ -6,15 +6,15 @@
 #include <sstream>
 #include <type_traits>
 
-#include "nn/linear.h"
-#include "nn/loss.h"
-#include "nn/lr_scheduler.h"
-#include "nn/module.h"
-#include "nn/optim.h"
-#include "tensor/factories.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
-#include "data/dataloader.h"
+#include <volt/nn/linear.h>
+#include <volt/nn/loss.h>
+#include <volt/nn/lr_scheduler.h>
+#include <volt/nn/module.h>
+#include <volt/nn/optim.h>
+#include <volt/tensor/factories.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
+#include <volt/data/dataloader.h>
 
 using namespace volt;
 
@@ -95,7 +95,7 @@ TEST_CASE("make_data_loader with DataLoaderOptions, as LibTorch spells it") {
   auto seq = data::make_data_loader(ds, data::DataLoaderOptions().batch_size(4));
   std::vector<int64_t> seen;
   for (auto& batch : *seq) {
-    for (int64_t i = 0; i < batch.targets.size(0); ++i) seen.push_back(batch.targets.select(0, i).item<int64_t>());
+    for (int64_t i = 0; i < batch.target.size(0); ++i) seen.push_back(batch.target.select(0, i).item<int64_t>());
   }
   CHECK(seen == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
   CHECK(seq->size() == 3);  // 4 + 4 + 2
@@ -104,7 +104,7 @@ TEST_CASE("make_data_loader with DataLoaderOptions, as LibTorch spells it") {
   CHECK(rnd->size() == 3);
   std::vector<int64_t> order;
   for (auto& batch : *rnd) {
-    for (int64_t i = 0; i < batch.targets.size(0); ++i) order.push_back(batch.targets.select(0, i).item<int64_t>());
+    for (int64_t i = 0; i < batch.target.size(0); ++i) order.push_back(batch.target.select(0, i).item<int64_t>());
   }
   // The same draw as a RandomSampler of that seed, cut to whole batches.
   data::RandomSampler ref(n, 5);

@@ -3,9 +3,9 @@
 
 #include <cmath>
 
-#include "nn/linear.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/nn/linear.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 

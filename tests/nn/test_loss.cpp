@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <cmath>
 
-#include "autograd/node.h"
-#include "nn/functional.h"
-#include "nn/loss.h"
-#include "tensor/dispatch.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/autograd/node.h>
+#include <volt/nn/functional.h>
+#include <volt/nn/loss.h>
+#include <volt/tensor/dispatch.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 namespace F = volt::nn::functional;

@@ -3,13 +3,13 @@
 
 #include <sstream>
 
-#include "nn/activation.h"
-#include "nn/linear.h"
-#include "nn/mlp.h"
-#include "nn/sequential.h"
-#include "tensor/backend.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/nn/activation.h>
+#include <volt/nn/linear.h>
+#include <volt/nn/mlp.h>
+#include <volt/nn/sequential.h>
+#include <volt/tensor/backend.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 

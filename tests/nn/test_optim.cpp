@@ -4,8 +4,8 @@
 #include <array>
 #include <cmath>
 
-#include "nn/linear.h"
-#include "nn/optim.h"
+#include <volt/nn/linear.h>
+#include <volt/nn/optim.h>
 
 using namespace volt;
 

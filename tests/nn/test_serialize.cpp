@@ -9,11 +9,11 @@
 
 #include <unistd.h>
 
-#include "nn/sequential.h"
-#include "nn/linear.h"
-#include "nn/mlp.h"
-#include "nn/serialize.h"
-#include "tensor/random.h"
+#include <volt/nn/sequential.h>
+#include <volt/nn/linear.h>
+#include <volt/nn/mlp.h>
+#include <volt/nn/serialize.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 namespace fs = std::filesystem;

@@ -2,7 +2,8 @@
 # Compiles every ```cpp block of README.md against the build tree, so the README
 # cannot drift from the code.  A block with `int main` is a program of its own;
 # any other block is a fragment, compiled as the body of a function after
-# <volt/volt.h> and the setup below (a net, a batch x/y, a loss and an optimizer),
+# <volt/volt.h> and the setup below (a net, a batch x/y, a loader, a loss and an
+# optimizer),
 # plus what an HTML comment right before the block adds:
 #   <!-- snippet-global: C++ at namespace scope -->
 #   <!-- snippet-setup: C++ at the top of the function body -->
@@ -24,6 +25,7 @@ awk -v dir="$work" '
       printf "#include <volt/volt.h>\n#include <iostream>\nusing namespace volt;\n%s\n", global > file
       printf "void readme_snippet() {\n  auto net = std::make_shared<nn::MLP>(784, std::vector<int64_t>{784, 10});\n" > file
       printf "  Tensor x = randn({8, 784});\n  Tensor y = randint(0, 10, {8});\n" > file
+      printf "  data::TensorDataset dataset(randn({16, 784}), randint(0, 10, {16}));\n  data::DataLoader loader(dataset, 8);\n" > file
       printf "  nn::CrossEntropyLoss loss_fn;\n  nn::Adam opt(net->parameters());\n%s  {\n%s  }\n}\n", setup, body > file
     }
     close(file); inblock = 0; global = ""; setup = ""; next

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 
 namespace volt::testing {
 

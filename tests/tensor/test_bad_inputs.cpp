@@ -14,17 +14,17 @@
 
 #include <unistd.h>
 
-#include "autograd/gradcheck.h"
-#include "data/idx.h"
-#include "nn/linear.h"
-#include "nn/loss.h"
-#include "nn/module.h"
-#include "nn/optim.h"
-#include "nn/sequential.h"
-#include "nn/activation.h"
-#include "nn/serialize.h"
-#include "tensor/ops.h"
-#include "tensor/tensor.h"
+#include <volt/autograd/gradcheck.h>
+#include <volt/data/idx.h>
+#include <volt/nn/linear.h>
+#include <volt/nn/loss.h>
+#include <volt/nn/module.h>
+#include <volt/nn/optim.h>
+#include <volt/nn/sequential.h>
+#include <volt/nn/activation.h>
+#include <volt/nn/serialize.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/tensor.h>
 
 using namespace volt;
 namespace fs = std::filesystem;

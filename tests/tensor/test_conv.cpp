@@ -6,9 +6,9 @@
 #include <limits>
 #include <string>
 
-#include "autograd/gradcheck.h"
-#include "tensor/conv.h"
-#include "tensor/ops.h"
+#include <volt/autograd/gradcheck.h>
+#include <volt/tensor/conv.h>
+#include <volt/tensor/ops.h>
 #include "tests/tensor/reference.h"
 
 using namespace volt;

@@ -13,9 +13,9 @@
 #include <tuple>
 #include <vector>
 
-#include "tensor/cpu_gemm.h"
-#include "tensor/cpu_threads.h"
-#include "tensor/ops.h"
+#include <volt/tensor/cpu_gemm.h>
+#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/ops.h>
 #include "tests/tensor/reference.h"
 
 using namespace volt;

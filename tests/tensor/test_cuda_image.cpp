@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "tensor/cuda/runtime.h"
+#include <volt/tensor/cuda/runtime.h>
 
 TEST_CASE("cuda: a damaged kernel image is refused, not read past its end") {
   if (!volt::cuda::is_available()) {

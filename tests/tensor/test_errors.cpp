@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 
 using namespace volt;
 

@@ -2,8 +2,8 @@
 // randint with each dtype; item, to_vector, numel, sizes, strides, is_contiguous.
 #include <doctest/doctest.h>
 
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 #include "tests/tensor/reference.h"
 
 using namespace volt;

@@ -1,8 +1,8 @@
 // t.index({...}) / t.index_put_({...}, v) against element-by-element references.
 #include <doctest/doctest.h>
 
-#include "tensor/indexing.h"
-#include "tensor/ops.h"
+#include <volt/tensor/indexing.h>
+#include <volt/tensor/ops.h>
 
 using namespace volt;
 using namespace volt::indexing;

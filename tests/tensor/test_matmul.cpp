@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 #include "tests/tensor/reference.h"
 
 using namespace volt;

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "tensor/ops.h"
-#include "tensor/random.h"
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
 
 using namespace volt;
 

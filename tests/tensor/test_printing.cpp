@@ -4,7 +4,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 
 using namespace volt;
 

@@ -2,7 +2,7 @@
 // which outrank Python-style scalars, unless the lower one is of a higher kind.
 #include <doctest/doctest.h>
 
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 #include "tests/tensor/reference.h"
 
 using namespace volt;

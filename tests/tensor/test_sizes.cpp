@@ -5,8 +5,8 @@
 #include <cmath>
 #include <limits>
 
-#include "tensor/ops.h"
-#include "tensor/tensor.h"
+#include <volt/tensor/ops.h>
+#include <volt/tensor/tensor.h>
 
 using namespace volt;
 

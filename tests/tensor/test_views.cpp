@@ -2,7 +2,7 @@
 // when it has to; view() of an incompatible layout errors.
 #include <doctest/doctest.h>
 
-#include "tensor/ops.h"
+#include <volt/tensor/ops.h>
 #include "tests/tensor/reference.h"
 
 using namespace volt;
