@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include <volt/data/dataloader.h>
 #include <volt/data/transforms.h>
 #include <volt/jit/lazy/lazy.h>
@@ -46,51 +48,27 @@ struct Options {
   std::string data_dir;
 };
 
-const char* kUsage =
-    "usage: lazy_mnist [options]        (lazy_mnist --mlp --help: the Thunder MLP program)\n"
-    "  --epochs N            (default 14)\n"
-    "  --data-dir DIR        MNIST files (default $VOLT_DATA_DIR or ~/.cache/volt/mnist)\n"
-    "  --batch-size N        (default 64)\n"
-    "  --test-batch-size N   (default 1000)\n"
-    "  --lr X                Adadelta's learning rate (default 1.0)\n"
-    "  --gamma X             StepLR's factor per epoch (default 0.7)\n"
-    "  --log-interval N      print the loss every N batches (default 10)\n"
-    "  --max-batches N       stop each epoch after N batches (default: all)\n"
-    "  --seed N              (default 1)\n";
-
-[[noreturn]] void usage_error(const std::string& m) {
-  std::cerr << "lazy_mnist: " << m << "\n" << kUsage;
-  std::exit(2);
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
-    try {
-      if (a == "--epochs") o.epochs = std::stoll(value());
-      else if (a == "--data-dir") o.data_dir = value();
-      else if (a == "--batch-size") o.batch_size = std::stoll(value());
-      else if (a == "--test-batch-size") o.test_batch_size = std::stoll(value());
-      else if (a == "--lr") o.lr = std::stod(value());
-      else if (a == "--gamma") o.gamma = std::stod(value());
-      else if (a == "--log-interval") o.log_interval = std::stoll(value());
-      else if (a == "--max-batches") o.max_batches = std::stoll(value());
-      else if (a == "--seed") o.seed = std::stoull(value());
-      else if (a == "--help" || a == "-h") {
-        std::cout << kUsage;
-        std::exit(0);
-      } else usage_error("unknown option " + a);
-    } catch (const std::logic_error&) {
-      usage_error(a + ": not a number");
-    }
+  CLI::App app{"The Lazy Tensor tutorial's MNIST program (a CNN, Adadelta, StepLR) on volt's lazy device "
+               "(lazy_mnist --mlp --help: the Thunder MLP program)",
+               "lazy_mnist"};
+  const auto count = CLI::Range(int64_t{1}, int64_t{1} << 40).description("INT >= 1");
+  app.add_option("--epochs", o.epochs, "training epochs")->capture_default_str()->check(count);
+  app.add_option("--data-dir", o.data_dir, "MNIST files (default $VOLT_DATA_DIR or ~/.cache/volt/mnist)");
+  app.add_option("--batch-size", o.batch_size)->capture_default_str()->check(count);
+  app.add_option("--test-batch-size", o.test_batch_size)->capture_default_str()->check(count);
+  app.add_option("--lr", o.lr, "Adadelta's learning rate")->capture_default_str()->check(CLI::Range(1e-12, 1e12).description("X > 0"));
+  app.add_option("--gamma", o.gamma, "StepLR's factor per epoch")->capture_default_str();
+  app.add_option("--log-interval", o.log_interval, "print the loss every N batches")->capture_default_str()->check(count);
+  app.add_option("--max-batches", o.max_batches, "stop each epoch after N batches (0: all)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 40).description("INT >= 0"));
+  app.add_option("--seed", o.seed)->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
   }
-  if (o.epochs < 1 || o.batch_size < 1 || o.test_batch_size < 1 || o.log_interval < 1 || o.max_batches < 0)
-    usage_error("counts must be >= 1");
   return o;
 }
 

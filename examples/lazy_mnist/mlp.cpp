@@ -17,6 +17,8 @@
 #include <iostream>
 #include <string>
 
+#include <CLI/CLI.hpp>
+
 #include <volt/data/dataset.h>
 #include <volt/data/sampler.h>
 #include "lazy_training.h"
@@ -42,50 +44,24 @@ struct Options {
   bool print_graph = false;
 };
 
-const char* kUsage =
-    "usage: lazy_mnist --mlp [options]\n"
-    "  --steps N          training steps (default 300)\n"
-    "  --batch-size N     (default 8)\n"
-    "  --log-interval N   print the loss every N steps (default 50)\n"
-    "  --lr X             Adam learning rate (default 1e-3)\n"
-    "  --seed N           (default 0)\n"
-    "  --synthetic        random images and labels instead of MNIST\n"
-    "  --compare          also train eagerly and with volt::jit; print steps/s of each\n"
-    "  --rounds N         --compare: rounds per mode, the best counts (default 3)\n"
-    "  --print-graph      print the compiled step graph after fusion\n";
-
-[[noreturn]] void usage_error(const std::string& m) {
-  std::cerr << "lazy_mnist --mlp: " << m << "\n" << kUsage;
-  std::exit(2);
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
-    try {
-      if (a == "--steps") o.steps = std::stoll(value());
-      else if (a == "--batch-size") o.batch_size = std::stoll(value());
-      else if (a == "--log-interval") o.log_interval = std::stoll(value());
-      else if (a == "--lr") o.lr = std::stod(value());
-      else if (a == "--seed") o.seed = std::stoull(value());
-      else if (a == "--rounds") o.rounds = std::stoll(value());
-      else if (a == "--synthetic") o.synthetic = true;
-      else if (a == "--compare") o.compare = true;
-      else if (a == "--print-graph") o.print_graph = true;
-      else if (a == "--help" || a == "-h") {
-        std::cout << kUsage;
-        std::exit(0);
-      } else usage_error("unknown option " + a);
-    } catch (const std::logic_error&) {
-      usage_error(a + ": not a number");
-    }
+  CLI::App app{"The Thunder MLP trained on volt's lazy device, one mark_step() per step", "lazy_mnist --mlp"};
+  const auto count = CLI::Range(int64_t{1}, int64_t{1} << 40).description("INT >= 1");
+  app.add_option("--steps", o.steps, "training steps")->capture_default_str()->check(count);
+  app.add_option("--batch-size", o.batch_size)->capture_default_str()->check(count);
+  app.add_option("--log-interval", o.log_interval, "print the loss every N steps")->capture_default_str()->check(count);
+  app.add_option("--lr", o.lr, "Adam learning rate")->capture_default_str()->check(CLI::Range(1e-12, 1e12).description("X > 0"));
+  app.add_option("--seed", o.seed)->capture_default_str();
+  app.add_flag("--synthetic", o.synthetic, "random images and labels instead of MNIST");
+  app.add_flag("--compare", o.compare, "also train eagerly and with volt::jit; print steps/s of each");
+  app.add_option("--rounds", o.rounds, "--compare: rounds per mode, the best counts")->capture_default_str()->check(count);
+  app.add_flag("--print-graph", o.print_graph, "print the compiled step graph after fusion");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
   }
-  if (o.steps < 1 || o.batch_size < 1 || o.log_interval < 1 || o.rounds < 1) usage_error("counts must be >= 1");
   return o;
 }
 

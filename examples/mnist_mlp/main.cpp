@@ -67,10 +67,10 @@ struct Options {
 Options parse_args(int argc, char** argv) {
   Options o;
   CLI::App app{"Trains torchvision's MLP on MNIST with volt (Thunder's MNIST tutorial in C++)", "mnist_mlp"};
-  app.add_option("--epochs", o.epochs, "training epochs")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--epochs", o.epochs, "training epochs")->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 40).description("INT >= 0"));
   app.add_option("--batch-size", o.batch_size, "batch size for training and evaluation")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "Adam learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 40).description("INT >= 1"));
+  app.add_option("--lr", o.lr, "Adam learning rate")->capture_default_str()->check(CLI::Range(1e-12, 1e12).description("X > 0"));
   app.add_option("--seed", o.seed, "seed of the global generator and of the sampler")->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "MNIST files ($VOLT_DATA_DIR or ~/.cache/volt/mnist)")
       ->capture_default_str();
