@@ -217,11 +217,13 @@ std::vector<Tensor> SGD::state_tensors() {
   return r;
 }
 
-std::vector<Optimizer::RunTimeScalar> SGD::run_time_scalars() {
-  if (!lr_.defined() && !params_.empty()) lr_ = scalar_f64(options_.lr, params_[0]);
-  if (!lr_.defined()) return {};
-  return {{lr_, [this] { return options_.lr; }}};
+std::vector<Optimizer::RunTimeScalar> Optimizer::learning_rate_scalar(Tensor& slot) {
+  if (!slot.defined() && !params_.empty()) slot = scalar_f64(lr(), params_[0]);
+  if (!slot.defined()) return {};
+  return {{slot, [this] { return lr(); }}};
 }
+
+std::vector<Optimizer::RunTimeScalar> SGD::run_time_scalars() { return learning_rate_scalar(lr_); }
 
 // The rule of step() as volt ops, read by a tracer; the learning rate is lr_.
 void SGD::traced_step() {
@@ -338,11 +340,7 @@ std::vector<Tensor> Adam::state_tensors() {
   return r;
 }
 
-std::vector<Optimizer::RunTimeScalar> Adam::run_time_scalars() {
-  if (!lr_.defined() && !params_.empty()) lr_ = scalar_f64(options_.lr, params_[0]);
-  if (!lr_.defined()) return {};
-  return {{lr_, [this] { return options_.lr; }}};
-}
+std::vector<Optimizer::RunTimeScalar> Adam::run_time_scalars() { return learning_rate_scalar(lr_); }
 
 // The rule of step() as volt ops, in the same order of operations, read by a
 // tracer.  The step count step_ and the learning rate lr_ are tensors, so the

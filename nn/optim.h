@@ -57,6 +57,9 @@ class Optimizer {
 
  protected:
   std::vector<Tensor> params_;
+  // The learning rate as a 0-d f64 tensor in `slot` (made on first use), refilled
+  // from lr() before every compiled step: what run_time_scalars returns.
+  std::vector<RunTimeScalar> learning_rate_scalar(Tensor& slot);
   // Each optimizer's per-parameter state by name (nn/optim_state.cpp); an
   // undefined tensor is state not made yet.
   virtual std::vector<std::pair<std::string, Tensor*>> state_slots(size_t i) = 0;
