@@ -319,18 +319,24 @@ int64_t Adam::step_count(size_t i) const {
   return step_.defined() && s.m.defined() ? static_cast<int64_t>(step_.item_double()) : s.step;
 }
 
+// Parameter i's moments, made (zeros) on first use and kept on its device.
+Adam::State& Adam::ready_state(size_t i) {
+  const Tensor& p = params_[i];
+  State& s = state_[i];
+  follow_device(s.m, p);
+  follow_device(s.v, p);
+  if (!s.m.defined()) {
+    s.m = Tensor::zeros(p.sizes(), p.dtype(), p.device());
+    s.v = Tensor::zeros(p.sizes(), p.dtype(), p.device());
+  }
+  return s;
+}
+
 std::vector<Tensor> Adam::state_tensors() {
   std::vector<Tensor> r;
   int64_t count = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i];
-    State& s = state_[i];
-    follow_device(s.m, p);
-    follow_device(s.v, p);
-    if (!s.m.defined()) {
-      s.m = Tensor::zeros(p.sizes(), p.dtype(), p.device());
-      s.v = Tensor::zeros(p.sizes(), p.dtype(), p.device());
-    }
+    State& s = ready_state(i);
     count = std::max(count, s.step);
     r.push_back(s.m);
     r.push_back(s.v);
@@ -390,13 +396,7 @@ void Adam::step() {
     if (!p.grad().defined()) continue;
     p.mark_modified();  // written in place below, some paths through data_ptr
     Tensor g = grad_like(p);
-    State& s = state_[i];
-    follow_device(s.m, p);
-    follow_device(s.v, p);
-    if (!s.m.defined()) {
-      s.m = Tensor::zeros(p.sizes(), p.dtype(), p.device());
-      s.v = Tensor::zeros(p.sizes(), p.dtype(), p.device());
-    }
+    State& s = ready_state(i);
     s.step = counted >= 0 ? counted + 1 : s.step + 1;
     const double t = static_cast<double>(s.step);
     const double step_size = o.lr / (1.0 - std::pow(o.beta1, t));

@@ -125,6 +125,7 @@ class Adam : public Optimizer {
     Tensor saved_step;  // the step count as a 0-d f64 tensor, for state_dict
   };
   void traced_step();
+  State& ready_state(size_t i);
   std::vector<std::pair<std::string, Tensor*>> state_slots(size_t i) override;
   void state_loaded() override;
   AdamOptions options_;
