@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <volt/jit/passes.h>
@@ -69,6 +70,140 @@ std::vector<Tensor> OperatorExecutor::run(const OpCall& c) const {
   return outs;
 }
 
+// ---------------------------------------------------------------- behaviour
+
+namespace {
+
+// The call of `b` on real tensors, its random draws placed in the program's counters.
+OpCall bound_call(const OpCall& call, const std::vector<Tensor>& args, const PhiloxState& rng) {
+  OpCall c = call;
+  size_t k = 0;
+  for (Value& v : c.args)
+    if (v.is_tensor && v.tensor.defined()) v.tensor = args.at(k++);
+  if (op_info(c.op).kind == OpKind::Random) {
+    c.attrs.seed = rng.seed;
+    c.attrs.offset += rng.offset;
+  }
+  return c;
+}
+
+bool checker_accepts(const OperatorExecutor& ex, const OperatorExecutor::Implementation& impl,
+                     const OpCall& c) {
+  if (!impl.checker) return true;
+  try {
+    return impl.checker(c.args);
+  } catch (const std::exception& e) {
+    VOLT_FAIL(ex.name(), "the checker for " << op_name(c) << " threw: " << e.what());
+  }
+}
+
+}  // namespace
+
+bool Executor::takes(const BoundSymbol&) const { return false; }
+
+Claim Executor::claim(const BoundSymbol& b, ProxyNames&) const {
+  BoundSymbol c = b;
+  c.executor = this;
+  return {{std::move(c)}, false};
+}
+
+std::vector<Tensor> Executor::execute(const BoundSymbol& b, const std::vector<Tensor>& args,
+                                      const PhiloxState& rng) const {
+  if (b.fusion_name.empty() && is_prim(b.call)) return run_eager(bound_call(b.call, args, rng));
+  // A region or a composite: its prims one by one.
+  std::unordered_map<int64_t, Tensor> values;
+  std::vector<Tensor> ins = tensor_args(b);
+  for (size_t i = 0; i < ins.size(); ++i) values[id_of(ins[i])] = args.at(i);
+  for (const BoundSymbol& p : flatten_to_prims(b.fusion_name.empty() ? std::vector<BoundSymbol>{b} : b.subsymbols)) {
+    std::vector<Tensor> a;
+    for (const Tensor& t : tensor_args(p)) a.push_back(values.at(id_of(t)));
+    std::vector<Tensor> outs = run_eager(bound_call(p.call, a, rng));
+    for (size_t i = 0; i < outs.size() && i < p.outputs.size(); ++i) values[id_of(p.outputs[i])] = outs[i];
+  }
+  std::vector<Tensor> r;
+  for (const Tensor& o : b.outputs) r.push_back(values.at(id_of(o)));
+  return r;
+}
+
+const CustomOpDef::VjpFn* Executor::grad_transform_for(const OpCall&) const { return nullptr; }
+
+bool OperatorExecutor::takes(const BoundSymbol& b) const {
+  if (owns(b.call)) return true;
+  const Implementation* impl = implementation_for(b.call);
+  return impl && impl->execution_transform && checker_accepts(*this, *impl, b.call);
+}
+
+Claim OperatorExecutor::claim(const BoundSymbol& b, ProxyNames& names) const {
+  if (owns(b.call)) {
+    BoundSymbol c = b;
+    c.executor = this;
+    c.top_level_prim = false;
+    return {{std::move(c)}, false};
+  }
+  const Implementation* impl = implementation_for(b.call);
+  std::vector<Tensor> results;
+  std::vector<BoundSymbol> made = record(
+      names, [&] { results = impl->execution_transform(b.call.args); }, /*flatten=*/false);
+  VOLT_CHECK(results.size() >= b.outputs.size(), name(),
+             "the execution transform for " << op_name(b.call) << " returned " << results.size()
+                                            << " tensors, the op has " << b.outputs.size());
+  std::unordered_map<int64_t, Tensor> rename;
+  for (size_t i = 0; i < b.outputs.size(); ++i) {
+    const Tensor& r = results[i];
+    const Tensor& o = b.outputs[i];
+    VOLT_CHECK(r.defined() && r.sizes() == o.sizes() && r.dtype() == o.dtype() && r.device() == o.device(), name(),
+               "the execution transform for " << op_name(b.call) << " gave output " << i << " as "
+                                              << (r.defined() ? r.meta_str() : std::string("undefined"))
+                                              << ", expected " << o.meta_str());
+    rename[id_of(r)] = o;
+  }
+  substitute(made, rename);
+  return {std::move(made), true};
+}
+
+std::vector<Tensor> OperatorExecutor::execute(const BoundSymbol& b, const std::vector<Tensor>& args,
+                                              const PhiloxState& rng) const {
+  OpCall c = bound_call(b.call, args, rng);
+  std::vector<Tensor> outs = run(c);
+  VOLT_CHECK(outs.size() == b.outputs.size(), name(),
+             op_name(c) << " returned " << outs.size() << " tensors, its trace expects " << b.outputs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const Tensor& want = b.outputs[i];
+    VOLT_CHECK(outs[i].defined() && outs[i].sizes() == want.sizes() && outs[i].dtype() == want.dtype(), name(),
+               op_name(c) << " output " << i << " is "
+                          << (outs[i].defined() ? outs[i].meta_str() : std::string("undefined"))
+                          << " but its like-function says " << want.meta_str());
+  }
+  return outs;
+}
+
+const OperatorExecutor::GradTransform* OperatorExecutor::grad_transform_for(const OpCall& c) const {
+  const Implementation* impl = implementation_for(c);
+  return impl && impl->grad_transform && checker_accepts(*this, *impl, c) ? &impl->grad_transform : nullptr;
+}
+
+bool FusionExecutor::takes(const BoundSymbol& b) const {
+  if (b.subsymbols.empty() || b.top_level_prim) return is_prim(b.call) && can_fuse(b);
+  for (const BoundSymbol& p : flatten_to_prims({b}))
+    if (!can_fuse(p)) return false;
+  return true;
+}
+
+Claim FusionExecutor::claim(const BoundSymbol& b, ProxyNames&) const {
+  Claim r;
+  for (BoundSymbol p : flatten_to_prims({b})) {
+    p.executor = this;
+    r.bsyms.push_back(std::move(p));
+  }
+  return r;
+}
+
+std::vector<Tensor> FusionExecutor::execute(const BoundSymbol& b, const std::vector<Tensor>& args,
+                                            const PhiloxState& rng) const {
+  if (!b.fusion_name.empty() && compiled(b)) return run_fusion(b, args, rng);
+  return Executor::execute(b, args, rng);
+}
+
 // ---------------------------------------------------------------- registry
 
 namespace {
@@ -84,6 +219,7 @@ std::vector<Executor*>& registry() {
   return *r;
 }
 
+// Takes what is left; runs it prim by prim (the base class's behaviour).
 class EagerExecutor final : public Executor {
  public:
   EagerExecutor() : Executor("eager", VOLT_VERSION) {}
@@ -146,103 +282,40 @@ std::vector<Executor*> executor_order(const std::vector<Executor*>& user) {
 
 namespace {
 
-bool checker_accepts(const OperatorExecutor& ex, const OperatorExecutor::Implementation& impl,
-                     const OpCall& c) {
-  if (!impl.checker) return true;
-  try {
-    return impl.checker(c.args);
-  } catch (const std::exception& e) {
-    VOLT_FAIL(ex.name(), "the checker for " << op_name(c) << " threw: " << e.what());
-  }
-}
-
-// Whether `ex` would take this bound symbol as it is.
-bool takes_whole(const Executor* ex, const BoundSymbol& b) {
-  if (auto* op = dynamic_cast<const OperatorExecutor*>(ex)) {
-    if (op->owns(b.call)) return true;
-    const auto* impl = op->implementation_for(b.call);
-    return impl && impl->execution_transform && checker_accepts(*op, *impl, b.call);
-  }
-  if (auto* fu = dynamic_cast<const FusionExecutor*>(ex)) {
-    if (b.subsymbols.empty() || b.top_level_prim) return is_prim(b.call) && fu->can_fuse(b);
-    for (const BoundSymbol& p : flatten_to_prims({b}))
-      if (!fu->can_fuse(p)) return false;
-    return true;
-  }
-  return false;
-}
-
 bool takes_some(const Executor* ex, const BoundSymbol& b) {
-  if (takes_whole(ex, b)) return true;
+  if (ex->takes(b)) return true;
   for (const BoundSymbol& s : b.subsymbols)
     if (takes_some(ex, s)) return true;
   return false;
 }
 
-struct Claimer {
-  ProxyNames& names;
-  const Trace& trace;
-
-  // Offers `b` to `ex`; appends what results (claimed or not) to `out`.
-  void visit(const Executor* ex, const BoundSymbol& b, std::vector<BoundSymbol>& out, int depth) {
-    if (b.executor || !takes_some(ex, b)) {
-      out.push_back(b);
-      return;
-    }
-    if (!takes_whole(ex, b)) {  // open it up: its parts may be taken
-      for (const BoundSymbol& s : b.subsymbols) visit(ex, s, out, depth);
-      return;
-    }
-    if (auto* fu = dynamic_cast<const FusionExecutor*>(ex)) {
-      for (BoundSymbol p : flatten_to_prims({b})) {
-        p.executor = fu;
-        out.push_back(std::move(p));
-      }
-      return;
-    }
-    auto* op = static_cast<const OperatorExecutor*>(ex);
-    if (op->owns(b.call)) {
-      BoundSymbol c = b;
-      c.executor = op;
-      c.top_level_prim = false;
-      out.push_back(std::move(c));
-      return;
-    }
-    VOLT_CHECK(depth < 8, op->name(),
-               "the execution transform for " << op_name(b.call) << " keeps producing ops it claims again");
-    const auto* impl = op->implementation_for(b.call);
-    std::vector<Tensor> results;
-    std::vector<BoundSymbol> made = record(
-        names, [&] { results = impl->execution_transform(b.call.args); }, /*flatten=*/false);
-    VOLT_CHECK(results.size() >= b.outputs.size(), op->name(),
-               "the execution transform for " << op_name(b.call) << " returned " << results.size()
-                                              << " tensors, the op has " << b.outputs.size());
-    std::unordered_map<int64_t, Tensor> rename;
-    for (size_t i = 0; i < b.outputs.size(); ++i) {
-      const Tensor& r = results[i];
-      const Tensor& o = b.outputs[i];
-      VOLT_CHECK(r.defined() && r.sizes() == o.sizes() && r.dtype() == o.dtype() && r.device() == o.device(),
-                 op->name(), "the execution transform for " << op_name(b.call) << " gave output " << i << " as "
-                                 << (r.defined() ? r.meta_str() : std::string("undefined")) << ", expected "
-                                 << o.meta_str());
-      rename[id_of(r)] = o;
-    }
-    substitute(made, rename);
-    // The transform's own ops go to the executors again (this one first).
-    for (const BoundSymbol& m : made) visit(ex, m, out, depth + 1);
+// Offers `b` to `ex`; appends what results (claimed or not) to `out`.
+void visit(const Executor* ex, const BoundSymbol& b, ProxyNames& names, std::vector<BoundSymbol>& out, int depth) {
+  if (b.executor || !takes_some(ex, b)) {
+    out.push_back(b);
+    return;
   }
-};
+  if (!ex->takes(b)) {  // open it up: its parts may be taken
+    for (const BoundSymbol& s : b.subsymbols) visit(ex, s, names, out, depth);
+    return;
+  }
+  VOLT_CHECK(depth < 8, ex->name(),
+             "the execution transform for " << op_name(b.call) << " keeps producing ops it claims again");
+  Claim c = ex->claim(b, names);
+  for (BoundSymbol& m : c.bsyms)
+    if (c.offer_again) visit(ex, m, names, out, depth + 1);  // this executor first
+    else out.push_back(std::move(m));
+}
 
 }  // namespace
 
 Trace claim_pass(const Trace& t, ProxyNames& names, const std::vector<Executor*>& executors) {
   auto t0 = Clock::now();
   Trace r = t;
-  Claimer claimer{names, t};
   for (const Executor* ex : executors) {
     if (ex == &eager_executor()) break;
     std::vector<BoundSymbol> next;
-    for (const BoundSymbol& b : r.bsyms) claimer.visit(ex, b, next, 0);
+    for (const BoundSymbol& b : r.bsyms) visit(ex, b, names, next, 0);
     r.bsyms = std::move(next);
   }
   for (BoundSymbol& b : r.bsyms)
@@ -254,12 +327,8 @@ Trace claim_pass(const Trace& t, ProxyNames& names, const std::vector<Executor*>
 
 const OperatorExecutor::GradTransform* grad_transform_for(const OpCall& c,
                                                            const std::vector<Executor*>& executors) {
-  for (const Executor* ex : executors) {
-    auto* op = dynamic_cast<const OperatorExecutor*>(ex);
-    if (!op) continue;
-    const auto* impl = op->implementation_for(c);
-    if (impl && impl->grad_transform && checker_accepts(*op, *impl, c)) return &impl->grad_transform;
-  }
+  for (const Executor* ex : executors)
+    if (const auto* g = ex->grad_transform_for(c)) return g;
   return nullptr;
 }
 

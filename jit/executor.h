@@ -27,6 +27,18 @@
 
 namespace volt::jit {
 
+class FusionExecutor;
+
+// What the claim pass does with a bound symbol an executor takes.
+struct Claim {
+  std::vector<BoundSymbol> bsyms;  // what runs in its place
+  bool offer_again = false;        // true: ops of an execution transform, offered to the executors again
+};
+
+// An executor says what it takes (takes, claim) and how it runs what it took
+// (execute); the base class is the eager executor's behaviour: it takes
+// nothing in the claim pass (eager gets what is left) and runs a bound
+// symbol prim by prim on the eager kernels.
 class Executor {
  public:
   Executor(std::string name, std::string version) : name_(std::move(name)), version_(std::move(version)) {}
@@ -36,6 +48,19 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
   const std::string& name() const { return name_; }
   const std::string& version() const { return version_; }
+
+  // Whether it takes `b` as it is (else the claim pass offers b's subsymbols).
+  virtual bool takes(const BoundSymbol& b) const;
+  // What runs in place of a bound symbol it takes (each marked with its executor).
+  virtual Claim claim(const BoundSymbol& b, ProxyNames& names) const;
+  // Runs a bound symbol it took on real tensors: `args` are its tensor
+  // arguments in order (a fusion's inputs), `rng` the program's Philox state.
+  virtual std::vector<Tensor> execute(const BoundSymbol& b, const std::vector<Tensor>& args,
+                                      const PhiloxState& rng) const;
+  // The grad transform it supplies for this call, if any (see OperatorExecutor).
+  virtual const CustomOpDef::VjpFn* grad_transform_for(const OpCall& c) const;
+  // Its fusion side, if it groups what it takes into fusion regions.
+  virtual const FusionExecutor* fusion() const { return nullptr; }
 
  private:
   std::string name_, version_;
@@ -105,24 +130,52 @@ class OperatorExecutor : public Executor {
   // Runs an op it owns on real tensors.
   std::vector<Tensor> run(const OpCall& c) const;
 
+  // Ops it owns, and ops whose implementation's checker accepts the call.
+  bool takes(const BoundSymbol& b) const override;
+  // An op it owns stays as it is; another is replaced by its execution transform.
+  Claim claim(const BoundSymbol& b, ProxyNames& names) const override;
+  // Runs an op it owns by its `fn`, checking the outputs against the trace.
+  std::vector<Tensor> execute(const BoundSymbol& b, const std::vector<Tensor>& args,
+                              const PhiloxState& rng) const override;
+  const GradTransform* grad_transform_for(const OpCall& c) const override;
+
  private:
   std::vector<int64_t> operators_;
   std::vector<std::pair<OpRef, Implementation>> impls_;
 };
 
-// Groups the prims it claims into fused kernels (the fusion pass) and runs them.
+// How many distinct kernels a fusion executor built, and how many fusion
+// regions reused one already built (the key of jit/codegen.h).
+struct KernelStats {
+  int64_t kernels = 0;
+  int64_t shared = 0;
+};
+
+// Takes elementwise prims, which the fusion pass groups into fusion regions
+// with generated kernels (jit/codegen.h); builds and runs those kernels.
 class FusionExecutor : public Executor {
  public:
   using Executor::Executor;
   virtual bool can_fuse(const BoundSymbol& prim) const = 0;
   virtual std::string prefix() const = 0;  // fusion names: prefix0, prefix1, ...
-  // Generates the fusion's kernel source (called by the fusion pass).
-  virtual void generate(BoundSymbol& fusion, const ProxyNames& names) const = 0;
   // Builds the kernels of this executor's fusions in the trace; false if it could
   // not (they then run prim by prim).
   virtual bool compile(Trace& t) const = 0;
-  virtual std::vector<Tensor> run(const BoundSymbol& fusion, const std::vector<Tensor>& inputs,
-                                  const PhiloxState& rng) const = 0;
+  // Whether the region's kernel is built (else it runs prim by prim).
+  virtual bool compiled(const BoundSymbol& fusion) const = 0;
+  // Runs a built region's kernel.
+  virtual std::vector<Tensor> run_fusion(const BoundSymbol& fusion, const std::vector<Tensor>& inputs,
+                                         const PhiloxState& rng) const = 0;
+  virtual KernelStats kernel_stats() const = 0;
+  const FusionExecutor* fusion() const override { return this; }
+
+  // Prims it can fuse, and ops that are wholly made of them.
+  bool takes(const BoundSymbol& b) const override;
+  // The prims, each marked for this executor (the fusion pass groups them).
+  Claim claim(const BoundSymbol& b, ProxyNames& names) const override;
+  // A region: its kernel when built, else its prims one by one.
+  std::vector<Tensor> execute(const BoundSymbol& b, const std::vector<Tensor>& args,
+                              const PhiloxState& rng) const override;
 };
 
 // Makes an executor known by name (registered_executors lists it) until it is

@@ -5,9 +5,11 @@
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
+#include <unordered_set>
 
 #include <volt/autograd/node.h>
 #include <volt/jit/check.h>
+#include <volt/jit/codegen.h>
 #include <volt/jit/fusion.h>
 #include <volt/jit/grad.h>
 #include <volt/jit/kernel_cache.h>
@@ -438,12 +440,19 @@ JitFunction::CompileStats JitFunction::compile_stats() const {
     last = state_->last;
   }
   if (!last) return st;
+  std::unordered_set<std::string> keys;
   for (const std::vector<Trace>* list : {&last->traces, &last->backward_traces})
     for (const Trace& t : *list) {
       st.passes.push_back({t.name + ": " + t.provenance, t.millis});
       st.total_ms += t.millis;
-      for (const BoundSymbol& b : t.bsyms) st.fusions += b.kernel && &t == &list->back() ? 1 : 0;
+      if (&t != &list->back()) continue;
+      for (const BoundSymbol& b : t.bsyms)
+        if (b.kernel) {
+          ++st.fusions;
+          keys.insert(b.kernel->key);
+        }
     }
+  st.kernels = static_cast<int>(keys.size());
   return st;
 }
 
@@ -468,7 +477,16 @@ std::vector<std::string> last_kernel_sources(const JitFunction& f) {
   for (const std::vector<Trace>* list : {&f.last_traces(), &f.last_backward_traces()})
     if (!list->empty())
       for (const BoundSymbol& b : list->back().bsyms)
-        if (b.kernel) r.push_back(b.kernel->source);
+        if (b.kernel) r.push_back(kernel_source(b));
+  return r;
+}
+
+std::vector<std::shared_ptr<const FusedKernel>> last_kernels(const JitFunction& f) {
+  std::vector<std::shared_ptr<const FusedKernel>> r;
+  for (const std::vector<Trace>* list : {&f.last_traces(), &f.last_backward_traces()})
+    if (!list->empty())
+      for (const BoundSymbol& b : list->back().bsyms)
+        if (b.kernel) r.push_back(b.kernel);
   return r;
 }
 

@@ -85,6 +85,7 @@ class JitFunction {
     std::vector<std::pair<std::string, double>> passes;  // pass name, milliseconds
     double total_ms = 0;
     int fusions = 0;
+    int kernels = 0;  // distinct kernels among the fusions (equal keys share one: jit/codegen.h)
   };
   // What the last cache miss cost, pass by pass (forward and backward).
   CompileStats compile_stats() const;
@@ -181,7 +182,10 @@ inline const std::vector<Trace>& last_backward_traces(const JitFunction& f) {
 inline int64_t cache_hits(const JitFunction& f) { return f.cache_hits(); }
 inline int64_t cache_misses(const JitFunction& f) { return f.cache_misses(); }
 inline JitFunction::CompileStats compile_stats(const JitFunction& f) { return f.compile_stats(); }
-// The generated source of every fused kernel the last call ran (forward, then backward).
+// The generated source of every fused kernel the last call ran (forward, then
+// backward), readable: named as the trace names its values.
 std::vector<std::string> last_kernel_sources(const JitFunction& f);
+// The kernels themselves (key, compiled symbol and body, Philox base: jit/codegen.h).
+std::vector<std::shared_ptr<const FusedKernel>> last_kernels(const JitFunction& f);
 
 }  // namespace volt::jit

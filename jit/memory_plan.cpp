@@ -65,9 +65,9 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
     P.steps.push_back(std::move(s));
   };
   for (const BoundSymbol& b : t.bsyms) {
-    if (!b.fusion_name.empty() && b.kernel && b.kernel->fn && dynamic_cast<const CpuFusionExecutor*>(b.executor)) {
+    if (!b.fusion_name.empty() && b.kernel && b.kernel->fn) {  // a host kernel: run into the plan's buffers
       add(Impl::Kind::Fusion, b);
-    } else if (!b.fusion_name.empty() || dynamic_cast<const OperatorExecutor*>(b.executor)) {
+    } else if (b.executor && b.executor != &eager_executor()) {
       if (b.fusion_name.empty() || b.kernel) {
         add(Impl::Kind::Other, b);
         continue;
@@ -232,7 +232,7 @@ std::vector<Tensor> MemoryPlan::run(const Trace& trace, const std::vector<Tensor
           ptrs.push_back(out.raw_data());
         }
         const long long n = static_cast<long long>(s.b.subsymbols.front().outputs.front().numel());
-        s.b.kernel->fn(n, ptrs.data(), rng.seed, rng.offset);
+        s.b.kernel->fn(n, ptrs.data(), rng.seed, rng.offset + s.b.kernel->rng_base);
         break;
       }
       case Impl::Kind::Prim:
@@ -251,15 +251,13 @@ std::vector<Tensor> MemoryPlan::run(const Trace& trace, const std::vector<Tensor
           for (size_t j = 0; j < s.outs.size(); ++j) v[static_cast<size_t>(s.outs[j])] = s.out_buffers[j];
         } else {
           std::vector<Tensor> outs;
-          if (s.kind == Impl::Kind::View || !dynamic_cast<const OperatorExecutor*>(s.b.executor))
-            outs = s.b.fusion_name.empty() ? run_prim(c)
-                                           : static_cast<const FusionExecutor*>(s.b.executor)->run(s.b, [&] {
-                                               std::vector<Tensor> in;
-                                               for (int64_t id : s.args) in.push_back(v[static_cast<size_t>(id)]);
-                                               return in;
-                                             }(), rng);
-          else
-            outs = static_cast<const OperatorExecutor*>(s.b.executor)->run(c);
+          if (s.kind == Impl::Kind::View || !s.b.executor) {
+            outs = run_prim(c);
+          } else {
+            std::vector<Tensor> in;
+            for (int64_t id : s.args) in.push_back(v[static_cast<size_t>(id)]);
+            outs = s.b.executor->execute(s.b, in, rng);
+          }
           for (size_t j = 0; j < s.outs.size() && j < outs.size(); ++j) v[static_cast<size_t>(s.outs[j])] = outs[j];
         }
         break;

@@ -1,9 +1,10 @@
 #include <volt/jit/pipeline.h>
 
 #include <volt/jit/check.h>
+#include <volt/jit/del_last_used.h>
 #include <volt/jit/fusion.h>
 #include <volt/jit/passes.h>
-#include <volt/jit/tracer.h>
+#include <volt/jit/interpreter.h>
 
 namespace volt::jit {
 

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include <volt/jit/del_last_used.h>
 #include <volt/jit/fusion.h>
 #include <volt/jit/memory_plan.h>
 #include <volt/jit/passes.h>

@@ -22,7 +22,7 @@ namespace volt::jit {
 
 // One recorded op.  Arguments and outputs are proxy tensors (Tensor::proxy),
 // identified by their proxy_id; scalars stay scalars.
-struct FusedKernel;  // jit/fusion.h
+struct FusedKernel;  // jit/codegen.h
 class Executor;      // jit/executor.h
 
 struct BoundSymbol {
@@ -48,7 +48,7 @@ struct Guard {
   double expected;  // what it was when the trace was made
 };
 
-struct Program;  // a trace prepared for repeated runs (jit/tracer.cpp)
+struct Program;  // a trace prepared for repeated runs (jit/interpreter.cpp)
 
 struct Trace {
   std::string name = "computation";

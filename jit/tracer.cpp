@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include <volt/jit/executor.h>
-#include <volt/jit/fusion.h>
+#include <volt/jit/interpreter.h>
 #include <volt/jit/passes.h>
+#include <volt/tensor/custom_op.h>
 #include <volt/tensor/random.h>
 
 namespace volt::jit {
@@ -152,56 +152,6 @@ TraceResult trace_function(const std::function<std::vector<Tensor>(const std::ve
   return r;
 }
 
-// A trace prepared for repeated runs: each step is one executor call, values
-// live in a vector indexed by proxy id.
-struct Program {
-  enum class Kind { Prim, Fusion, Operator };
-  struct Step {
-    Kind kind;
-    BoundSymbol b;
-    std::vector<int64_t> args, outs, del;  // proxy ids
-  };
-  std::vector<Step> steps;
-  std::vector<int64_t> inputs, outputs;
-  size_t slots = 0;
-};
-
-namespace {
-
-std::shared_ptr<const Program> build_program(const Trace& t) {
-  auto p = std::make_shared<Program>();
-  int64_t max_id = -1;
-  auto note = [&](const Tensor& x) {
-    max_id = std::max(max_id, id_of(x));
-    return id_of(x);
-  };
-  for (const Tensor& x : t.inputs) p->inputs.push_back(note(x));
-  auto add = [&](Program::Kind kind, const BoundSymbol& b) {
-    Program::Step s{kind, b, {}, {}, {}};
-    for (const Tensor& a : tensor_args(b)) s.args.push_back(note(a));
-    for (const Tensor& o : b.outputs) s.outs.push_back(note(o));
-    p->steps.push_back(std::move(s));
-  };
-  for (const BoundSymbol& b : t.bsyms) {
-    if (!b.fusion_name.empty() && b.kernel && (b.kernel->fn || !dynamic_cast<const CpuFusionExecutor*>(b.executor))) {
-      add(Program::Kind::Fusion, b);
-    } else if (dynamic_cast<const OperatorExecutor*>(b.executor)) {
-      add(Program::Kind::Operator, b);
-    } else {
-      for (const BoundSymbol& prim : flatten_to_prims(b.fusion_name.empty() ? std::vector<BoundSymbol>{b} : b.subsymbols))
-        add(Program::Kind::Prim, prim);
-    }
-    for (const Tensor& d : b.del_after) p->steps.back().del.push_back(note(d));
-  }
-  for (const Tensor& o : t.outputs) p->outputs.push_back(note(o));
-  p->slots = static_cast<size_t>(max_id + 1);
-  return p;
-}
-
-}  // namespace
-
-void prepare(Trace& t) { t.program = build_program(t); }
-
 std::vector<BoundSymbol> record(ProxyNames& names, const std::function<void()>& fn, bool flatten) {
   Tracer tracer(names, {});
   {
@@ -209,62 +159,6 @@ std::vector<BoundSymbol> record(ProxyNames& names, const std::function<void()>& 
     fn();
   }
   return flatten ? flatten_to_prims(tracer.take()) : tracer.take();
-}
-
-std::vector<Tensor> interpret(const Trace& trace, const std::vector<Tensor>& inputs,
-                              const PhiloxState* rng_in, PhiloxState* rng_used) {
-  VOLT_CHECK(inputs.size() == trace.inputs.size(), trace.name,
-             "expected " << trace.inputs.size() << " inputs, got " << inputs.size());
-  std::shared_ptr<const Program> prog = trace.program ? trace.program : build_program(trace);
-  std::vector<Tensor> regs(prog->slots);
-  for (size_t i = 0; i < inputs.size(); ++i) regs[static_cast<size_t>(prog->inputs[i])] = inputs[i];
-  PhiloxState rng = rng_in ? *rng_in : trace.rng_total ? rng_reserve(trace.rng_total) : PhiloxState{};
-  if (rng_used) *rng_used = rng;
-  std::vector<Tensor> args;
-  for (const Program::Step& s : prog->steps) {
-    args.clear();
-    for (int64_t id : s.args) {
-      VOLT_CHECK(regs[static_cast<size_t>(id)].defined(), trace.name, "value used before it was computed");
-      args.push_back(regs[static_cast<size_t>(id)]);
-    }
-    std::vector<Tensor> outs;
-    if (s.kind == Program::Kind::Fusion) {
-      outs = static_cast<const FusionExecutor*>(s.b.executor)->run(s.b, args, rng);
-    } else {
-      OpCall c = s.b.call;
-      size_t k = 0;
-      for (Value& v : c.args)
-        if (v.is_tensor && v.tensor.defined()) v.tensor = args[k++];
-      if (op_info(c.op).kind == OpKind::Random) {
-        c.attrs.seed = rng.seed;
-        c.attrs.offset += rng.offset;
-      }
-      if (s.kind == Program::Kind::Operator) {
-        const auto* ex = static_cast<const OperatorExecutor*>(s.b.executor);
-        outs = ex->run(c);
-        VOLT_CHECK(outs.size() == s.outs.size(), ex->name(),
-                   op_name(c) << " returned " << outs.size() << " tensors, its trace expects " << s.outs.size());
-        for (size_t i = 0; i < outs.size(); ++i) {
-          const Tensor& want = s.b.outputs[i];
-          VOLT_CHECK(outs[i].defined() && outs[i].sizes() == want.sizes() && outs[i].dtype() == want.dtype(),
-                     ex->name(), op_name(c) << " output " << i << " is "
-                                    << (outs[i].defined() ? outs[i].meta_str() : std::string("undefined"))
-                                    << " but its like-function says " << want.meta_str());
-        }
-      } else {
-        outs = run_eager(c);
-      }
-    }
-    for (size_t i = 0; i < s.outs.size() && i < outs.size(); ++i) regs[static_cast<size_t>(s.outs[i])] = outs[i];
-    for (int64_t id : s.del) regs[static_cast<size_t>(id)] = Tensor();
-  }
-  std::vector<Tensor> results;
-  results.reserve(prog->outputs.size());
-  for (int64_t id : prog->outputs) {
-    VOLT_CHECK(regs[static_cast<size_t>(id)].defined(), trace.name, "output was never computed");
-    results.push_back(regs[static_cast<size_t>(id)]);
-  }
-  return results;
 }
 
 }  // namespace volt::jit

@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include <volt/jit/interpreter.h>  // interpret, prepare: what runs a trace
 #include <volt/jit/trace.h>
 #include <volt/tensor/random.h>
 
@@ -27,15 +28,5 @@ TraceResult trace_function(const std::function<std::vector<Tensor>(const std::ve
 // Records what fn does to existing proxies of `names`: flat prims in order, or
 // with flatten=false the ops as called, their decompositions as subsymbols.
 std::vector<BoundSymbol> record(ProxyNames& names, const std::function<void()>& fn, bool flatten = true);
-
-// Runs a trace on real tensors, each bound symbol on its executor (prims
-// nobody claimed on the eager executor).  Random
-// draws use `rng` when given (backward regenerating forward's draws), else
-// counters reserved from the global generator; `rng_used` reports which.
-// Readies a trace for repeated runs (interpret does it on the fly otherwise).
-void prepare(Trace& trace);
-
-std::vector<Tensor> interpret(const Trace& trace, const std::vector<Tensor>& inputs,
-                              const PhiloxState* rng = nullptr, PhiloxState* rng_used = nullptr);
 
 }  // namespace volt::jit

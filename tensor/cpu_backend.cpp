@@ -520,7 +520,7 @@ class CpuBackend final : public Backend {
         VOLT_CHECK(v.tensor.has_data(), info.name, "got a tensor without data (" << v.tensor.meta_str() << ")");
     switch (info.kind) {
       case OpKind::Unary: {
-        DType c = out.dtype() == DType::b8 ? call.args[0].tensor.dtype() : out.dtype();
+        DType c = compute_dtype(call);
         Prepared p = prepare(call, 0, c, out.sizes());
         VOLT_DISPATCH_DTYPE(c, [&] { run_unary<scalar_t>(call.op, p.ops[0], out); });
         return;
@@ -533,7 +533,7 @@ class CpuBackend final : public Backend {
         return;
       }
       case OpKind::Ternary: {
-        DType c = out.dtype();
+        DType c = compute_dtype(call);
         Prepared cond = prepare(call, 0, DType::b8, out.sizes());
         Prepared ab = prepare(call, 1, c, out.sizes());
         where_kernel({cond.ops[0], ab.ops[0], ab.ops[1]}, out);

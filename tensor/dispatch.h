@@ -57,7 +57,8 @@ struct TensorMeta {
 
 // Checks a call and infers its outputs; errors name the op (tensor/meta.cpp).
 std::vector<TensorMeta> infer_meta(const OpCall& call);
-// The dtype an elementwise op computes in (its operands are converted to it).
+// The dtype an elementwise op computes in (its operands are converted to it):
+// the one rule the CPU and CUDA kernels and the jit's code generator follow.
 DType compute_dtype(const OpCall& call);
 // Composite ops: the decomposition into other ops (tensor/composites.cpp).
 std::vector<Tensor> decompose(const OpCall& call);

@@ -157,7 +157,12 @@ std::vector<TensorMeta> linear_meta(const OpCall& call) {
 DType compute_dtype(const OpCall& call) {
   switch (op_info(call.op).kind) {
     case OpKind::Ternary: return result_type(call.args, 1);
-    case OpKind::Unary:
+    case OpKind::Unary: {  // exp, log, ... of integers compute (and give) floats
+      const DType a = call.args[0].tensor.dtype();
+      const bool keeps = call.op == OpId::logical_not || call.op == OpId::neg || call.op == OpId::abs;
+      return keeps || is_floating(a) ? a : DType::f32;
+    }
+    case OpKind::Copy:
     case OpKind::Convert: return call.args[0].tensor.dtype();
     default: break;
   }

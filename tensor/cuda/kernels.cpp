@@ -26,13 +26,7 @@ ElementwiseSpec elementwise_spec(const OpCall& call, DType out, bool strided) {
   ElementwiseSpec s;
   s.op = call.op;
   s.out = out;
-  switch (op_info(call.op).kind) {  // the CPU backend's compute dtypes
-    case OpKind::Unary: s.compute = out == DType::b8 ? call.args[0].tensor.dtype() : out; break;
-    case OpKind::Ternary:
-    case OpKind::Copy: s.compute = out; break;
-    case OpKind::Convert: s.compute = call.args[0].tensor.dtype(); break;
-    default: s.compute = compute_dtype(call); break;
-  }
+  s.compute = compute_dtype(call);  // the one rule (tensor/meta.cpp)
   for (const Value& v : call.args) {
     bool scalar = !v.is_tensor || (v.tensor.device().is_cpu() && v.tensor.dim() == 0);
     s.operands.push_back({scalar, scalar ? s.compute : v.tensor.dtype()});

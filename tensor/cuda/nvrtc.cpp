@@ -22,17 +22,6 @@ namespace {
 
 const char* kPrelude = R"volt(// volt CUDA prelude
 #define VOLT_HD __device__
-// The jit's fused bodies: one thread per element, grid-stride.
-struct volt_args {
-  void* p[64];
-  __device__ void* operator[](int i) const { return p[i]; }
-};
-static_assert(sizeof(volt_args) == 512, "volt_args must match volt::cuda::KernelArgs");
-#define VOLT_KERNEL(name) extern "C" __global__ void name(long long n, volt_args args, \
-    unsigned long long rng_seed, unsigned long long rng_offset)
-#define VOLT_LOOP(i, n) \
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-       i += (long long)blockDim.x * gridDim.x)
 // Eager kernels: element offsets of up to 4 operands (the output first) of an
 // up-to-8-dimensional broadcast, strided iteration.
 struct volt_index {

@@ -20,19 +20,20 @@
 
 namespace volt::cuda {
 
-// The CUDA definitions every generated kernel starts with: VOLT_KERNEL and
-// VOLT_LOOP for the jit's fused bodies, the index helper of eager kernels, and
-// the shared Philox function (tensor/philox.inc).
+// The CUDA definitions every eager kernel starts with: the index helper and
+// the shared Philox function (tensor/philox.inc).  The jit's fused kernels
+// have their own prelude, beside their generator (jit/codegen.h).
 const std::string& prelude();
 
 // The most pointers a generated kernel takes in its argument table.
 constexpr int kMaxKernelArgs = 64;
-// VOLT_KERNEL's argument table, passed by value (kernel parameters live in
-// constant memory, so no device allocation is needed per launch).
+// A fused kernel's argument table (volt_args in the jit's CUDA prelude,
+// jit/codegen.cpp), passed by value: kernel parameters live in constant
+// memory, so no device allocation is needed per launch.
 struct KernelArgs {
   void* p[kMaxKernelArgs];
 };
-static_assert(sizeof(KernelArgs) == 512, "the prelude's volt_args has the same size");
+static_assert(sizeof(KernelArgs) == 512, "the jit's volt_args has the same size");
 
 // Compiles to PTX for a virtual architecture ("compute_80"); throws a
 // volt::Error with NVRTC's log and the source with line numbers on failure.

@@ -14,8 +14,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <sstream>
 
+#include <volt/jit/codegen.h>
 #include <volt/jit/cuda/executors.h>
 #include <volt/jit/jit.h>
 #include <volt/nn/loss.h>
@@ -403,7 +405,43 @@ TEST_CASE("cuda: jit training on the GPU (nvrtc + cublas) matches the CPU jit ov
   CHECK(fwd.find("cublas_linear") != std::string::npos);
   CHECK(fwd.find("cuda:0 f32[8, 784]") != std::string::npos);
   // The three 784-wide layers' regions (and their backward twins) share kernels.
-  CHECK(jit::cuda::nvrtc_stats().shared >= 2);
+  CHECK(jit::cuda::nvrtc_executor().kernel_stats().shared >= 2);
+}
+
+TEST_CASE("cuda: the MNIST training step's 10 fused regions build 4 kernels on the GPU, as on the CPU") {
+  SKIP_WITHOUT_GPU();
+  // A dropout probability no other case uses: none of these kernels is built yet.
+  auto make = [] {
+    manual_seed(5);
+    return std::make_shared<nn::MLP>(784, std::vector<int64_t>{784, 784, 784, 28, 10}, true, 0.45);
+  };
+  auto cpu_net = make(), gpu_net = make();
+  gpu_net->to(kGPU);
+  auto jc = jit::jit(cpu_net), jg = jit::jit(gpu_net);
+  Tensor x = Tensor::rand({8, 784});
+  Tensor y = Tensor::from_vector<int64_t>({0, 1, 2, 3, 4, 5, 6, 7});
+  nn::CrossEntropyLoss loss_fn;
+  const jit::KernelStats before = jit::cuda::nvrtc_executor().kernel_stats();
+  PhiloxState rng = rng_state();
+  Tensor lg = loss_fn(jg(x.to(kGPU)), y.to(kGPU));
+  lg.backward();
+  const jit::KernelStats after = jit::cuda::nvrtc_executor().kernel_stats();
+  CHECK(jit::compile_stats(jg).fusions == 10);
+  CHECK(after.kernels - before.kernels == 4);
+  CHECK(after.shared - before.shared == 6);
+  // The GPU's regions have the keys the CPU's have: one code generator.
+  set_rng_state(rng);
+  Tensor lc = loss_fn(jc(x), y);
+  lc.backward();
+  std::set<std::string> gpu_keys, cpu_keys;
+  for (const auto& k : jit::last_kernels(jg)) gpu_keys.insert(k->key);
+  for (const auto& k : jit::last_kernels(jc)) cpu_keys.insert(k->key);
+  CHECK(gpu_keys.size() == 4);
+  CHECK(gpu_keys == cpu_keys);
+  check_close("loss", lg, lc, 1e-4, 1e-5);
+  auto pc = cpu_net->parameters(), pg = gpu_net->parameters();
+  for (size_t i = 0; i < pc.size(); ++i)
+    check_close("grad " + std::to_string(i), pg[i].grad(), pc[i].grad(), 1e-4, 1e-4);
 }
 
 // The kernel cache across processes: a second process compiles nothing.

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 
+#include <volt/jit/codegen.h>
 #include <volt/jit/cuda/executors.h>
 #include <volt/jit/jit.h>
 #include <volt/nn/optim.h>
@@ -64,9 +65,10 @@ class HostKernels {
   void add(const std::string& name, const std::string& body) {
     if (bodies_.emplace(name, body).second) order_.push_back(name);
   }
-  bool build() {
+  // `prelude`: the eager kernels' (cuda::prelude) or the jit's fused kernels' (jit::cuda_prelude).
+  bool build(const std::string& prelude = cuda::prelude()) {
     namespace fs = std::filesystem;
-    std::string src = std::string(kHostShim) + cuda::prelude();
+    std::string src = std::string(kHostShim) + prelude;
     for (const std::string& n : order_) src += bodies_[n] + "\nVOLT_WRAP(" + n + ")\n";
     // A fresh path each time: dlopen hands back an already loaded library by name.
     static int count = 0;
@@ -394,21 +396,17 @@ TEST_CASE("cuda kernels on the host: a jit fusion through VOLT_KERNEL/VOLT_LOOP 
   Tensor x = Tensor::randn({16, 24}), w = Tensor::randn({24, 24});
   set_rng_state({99, 1000});
   Tensor want = jf({x, w}).at(0);
-  std::vector<std::string> sources = jit::last_kernel_sources(jf);
-  REQUIRE(sources.size() == 2);
+  std::vector<std::shared_ptr<const jit::FusedKernel>> kernels = jit::last_kernels(jf);
+  REQUIRE(kernels.size() == 2);
   HostKernels host;
   std::vector<unsigned long long> bases;
-  for (size_t i = 0; i < sources.size(); ++i) {
-    unsigned long long base = 0;
-    std::string body = jit::cuda::relative_offsets(sources[i], &base);
-    bases.push_back(base);
-    // The kernel names its own function: wrap it under a name of its own.
-    const std::string name = "cpuFusion" + std::to_string(i);
-    host.add(name, body);
+  for (const auto& k : kernels) {
+    bases.push_back(k->rng_base);
+    host.add(k->symbol, k->body);  // the function NVRTC compiles, under its own name
   }
   CHECK(bases[0] == 0);
   CHECK(bases[1] == 16 * 24);  // the second draw starts after the first
-  REQUIRE(host.build());
+  REQUIRE(host.build(jit::cuda_prelude()));
   // Regions in order, as the nvrtc executor launches them: inputs then outputs in the table.
   cuda::KernelArgs table{};
   Tensor h = Tensor::empty({16, 24});
@@ -417,12 +415,12 @@ TEST_CASE("cuda kernels on the host: a jit fusion through VOLT_KERNEL/VOLT_LOOP 
   long long n = 16 * 24;
   unsigned long long seed = 99, offset = 1000 + bases[0];
   void* params[] = {&n, &table, &seed, &offset};
-  host.get("cpuFusion0")(params);
+  host.get(kernels[0]->symbol)(params);
   Tensor y = matmul(h, w), got = Tensor::empty({16, 24});
   table.p[0] = y.data_ptr<float>();
   table.p[1] = got.data_ptr<float>();
   offset = 1000 + bases[1];
-  host.get("cpuFusion1")(params);
+  host.get(kernels[1]->symbol)(params);
   check_same("jit fusions run through the CUDA macros", got, want, 1e-5);
 }
 #endif  // VOLT_WITH_CUDA

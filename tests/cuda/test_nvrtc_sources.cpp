@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <volt/jit/codegen.h>
 #include <volt/jit/cuda/executors.h>
 #include <volt/jit/jit.h>
 #include <volt/nn/loss.h>
@@ -138,49 +139,26 @@ TEST_CASE("nvrtc: the jit's fused kernels of the MLP training step compile with 
   Tensor y = Tensor::from_vector<int64_t>({0, 1, 2, 3, 4, 5, 6, 7});
   Tensor loss = loss_fn(jm(x), y);
   loss.backward();
-  std::vector<std::string> sources = jit::last_kernel_sources(jm);
-  REQUIRE(sources.size() >= 4);  // forward and backward fusions
-  bool has_uniform = false;
+  std::vector<std::shared_ptr<const jit::FusedKernel>> kernels = jit::last_kernels(jm);
+  REQUIRE(kernels.size() == 10);  // five regions forward, five backward
   std::set<std::string> keys;
   std::set<unsigned long long> bases;
-  for (const std::string& s : sources) {
-    has_uniform |= s.find("volt_uniform_range_f32") != std::string::npos;
-    // What the nvrtc executor compiles: the body with its Philox offsets made relative.
-    unsigned long long base = 0;
-    std::string relative = jit::cuda::relative_offsets(s, &base);
-    bases.insert(base);
-    keys.insert(jit::cuda::canonical_key(relative));
-    // Each on its own: forward and backward both start their numbering at 0.
-    for (const char* arch : kArchs) {
-      CHECK_NOTHROW(cuda::compile_ptx(jit::cuda::cuda_source(s), arch));
-      CHECK_NOTHROW(cuda::compile_ptx(jit::cuda::cuda_source(relative), arch));
-    }
+  std::vector<std::string> distinct;
+  for (const auto& k : kernels) {
+    bases.insert(k->rng_base);
+    if (keys.insert(k->key).second) distinct.push_back(jit::cuda_source(*k));
+  }
+  // The hidden layers' regions (three 784 wide, one 28 wide) differ only in
+  // names, Philox offsets and length, none of which is in the kernel: forward
+  // and backward each have one kernel for the four, and one for the last layer.
+  CHECK(keys.size() == 4);
+  CHECK(bases.count(6272) == 1);  // the second layer's mask starts 8 * 784 counters in
+  bool has_uniform = false;
+  for (const std::string& src : distinct) {
+    has_uniform |= src.find("volt_uniform_range_f32") != std::string::npos;
+    for (const char* arch : kArchs) CHECK_NOTHROW(cuda::compile_ptx(src, arch));
   }
   CHECK(has_uniform);  // dropout's mask is drawn inside a fused kernel
-  // The three 784-wide layers' regions differ only in names and Philox offsets:
-  // forward and backward each compile one kernel for the three.
-  MESSAGE(sources.size() << " fused kernels, " << keys.size() << " distinct after canonical naming");
-  CHECK(keys.size() + 4 <= sources.size());
-  CHECK(bases.count(6272) == 1);  // the second layer's mask starts 8 * 784 counters in
-}
-
-TEST_CASE("nvrtc executor: canonical keys tell regions apart only by what they compute") {
-  const std::string a =
-      "// nvrtcFusion0: [8, 784]\nVOLT_KERNEL(nvrtcFusion0) {\n  const float* in_t0 = (const float*)args[0];\n"
-      "  float* out_t1 = (float*)args[1];\n  VOLT_LOOP(i, n) {\n    const float t0 = in_t0[i];\n"
-      "    const float t1 = (float)(((float)t0) * ((float)volt_uniform_range_f32(rng_seed, rng_offset + 6272ULL, "
-      "(unsigned long long)i, ((float)0.0), ((float)1.0))));\n    out_t1[i] = t1;\n  }\n}\n";
-  std::string b = a, c = a;
-  for (auto [from, to] : {std::pair<std::string, std::string>{"t0", "t8"}, {"t1", "t9"}, {"nvrtcFusion0", "nvrtcFusion1"}})
-    for (size_t at; (at = b.find(from)) != std::string::npos;) b.replace(at, from.size(), to);
-  c.replace(c.find("((float)t0) *"), 13, "((float)t0) +");
-  unsigned long long base_a = 0, base_b = 0;
-  std::string ra = jit::cuda::relative_offsets(a, &base_a), rb = jit::cuda::relative_offsets(b, &base_b);
-  CHECK(base_a == 6272);
-  CHECK(ra.find("rng_offset + 0ULL") != std::string::npos);
-  CHECK(jit::cuda::canonical_key(ra) == jit::cuda::canonical_key(rb));
-  CHECK(jit::cuda::canonical_key(a) != jit::cuda::canonical_key(c));
-  CHECK(jit::cuda::canonical_key(ra).find("VOLT_KERNEL(fusion)") != std::string::npos);
 }
 
 TEST_CASE("nvrtc: a failing source is reported with NVRTC's log and numbered lines") {

@@ -155,16 +155,19 @@ TEST_CASE("kernel cache: a good entry loads without a word; every kernel's symbo
   CHECK(err.empty());
   const fs::path lib = libraries(d).at(0);
   std::string bytes = slurp(lib);
-  // Exported as cpuFusion0_k<first 16 hex digits of the file's hash>.
+  // Exported as volt_fused_<hash of the kernel's key>_k<first 16 hex digits of the file's hash>.
   const std::string stem = lib.stem().string();  // cpu_<32 hex>
-  CHECK(bytes.find("cpuFusion0_k" + stem.substr(4, 16)) != std::string::npos);
+  const size_t at = bytes.find("_k" + stem.substr(4, 16));
+  REQUIRE(at != std::string::npos);
+  CHECK(at >= 27);
+  CHECK(bytes.compare(at - 27, 11, "volt_fused_") == 0);
   // Its stored key spells out the whole source and toolchain.
   fs::path key = lib;
   std::string meta = slurp(key.replace_extension(".key"));
   CHECK(meta.rfind("volt kernel cache 1\nsize ", 0) == 0);
   CHECK(meta.find("compiler: ") != std::string::npos);
   CHECK(meta.find("flags: -O3") != std::string::npos);
-  CHECK(meta.find("VOLT_KERNEL(cpuFusion0)") != std::string::npos);
+  CHECK(meta.find("VOLT_KERNEL(volt_fused_") != std::string::npos);
   run_in(d, f_fn, &err);  // a fresh jit: found in memory, no message either
   CHECK(err.empty());
   fs::remove_all(d);

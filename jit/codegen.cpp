@@ -1,0 +1,172 @@
+#include <volt/jit/codegen.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+#include <unordered_map>
+
+#include <volt/jit/kernel_cache.h>
+#include <volt/philox_source.h>
+#include <volt/tensor/identifiers.h>
+
+namespace volt::jit {
+
+namespace {
+
+std::string literal(const Scalar& s, DType t) {
+  std::string c = dtype_c_type(t);
+  if (t == DType::b8) return s.value != 0 ? "true" : "false";
+  if (is_floating(t)) return "((" + c + ")" + python_float_repr(s.value) + ")";
+  return "((" + c + ")" + std::to_string(static_cast<long long>(s.value)) + "LL)";
+}
+
+// Index of element i of the region's shape in a (broadcast) input of shape `in`.
+std::string index_expr(const Shape& in, const Shape& out) {
+  if (in == out) return "i";
+  if (shape_numel(in) == 1) return "0";
+  Shape padded(out.size() - in.size(), 1);
+  padded.insert(padded.end(), in.begin(), in.end());
+  Shape ost = contiguous_strides(out), ist = contiguous_strides(padded);
+  std::string r;
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (padded[d] == 1) continue;
+    if (!r.empty()) r += " + ";
+    r += "((i / " + std::to_string(ost[d]) + "LL) % " + std::to_string(out[d]) + "LL) * " +
+         std::to_string(ist[d]) + "LL";
+  }
+  return r.empty() ? "0" : r;
+}
+
+// The C expression one prim computes, from the op table's row.
+std::string prim_expr(const OpCall& c, DType result, const std::function<std::string(const Tensor&)>& name,
+                      unsigned long long rng_shift) {
+  if (c.op == OpId::uniform) {
+    const bool f32 = c.attrs.dtype == DType::f32;
+    return std::string(f32 ? "volt_uniform_range_f32" : "volt_uniform_range_f64") + "(rng_seed, rng_offset + " +
+           std::to_string(c.attrs.offset - rng_shift) + "ULL, (unsigned long long)i, " +
+           literal(c.attrs.a, c.attrs.dtype) + ", " + literal(c.attrs.b, c.attrs.dtype) + ")";
+  }
+  const OpKind kind = op_info(c.op).kind;
+  const DType cd = compute_dtype(c);  // the one rule, as the eager kernels
+  std::vector<std::string> ops;
+  for (size_t i = 0; i < c.args.size(); ++i) {
+    DType want = cd;
+    if (kind == OpKind::Ternary && i == 0) want = DType::b8;
+    if (kind == OpKind::Convert) want = c.args[0].tensor.dtype();
+    const Value& v = c.args[i];
+    ops.push_back(v.is_tensor ? "((" + std::string(dtype_c_type(want)) + ")" + name(v.tensor) + ")"
+                              : literal(v.scalar, want));
+  }
+  return fill_op_expr(op_info(c.op).expr, ops, dtype_c_type(result));
+}
+
+// The kernel function of region `f`, its values named by `name`, its Philox
+// counters less `rng_shift`.
+std::string render(const BoundSymbol& f, const std::string& kernel_name,
+                   const std::function<std::string(const Tensor&)>& name, unsigned long long rng_shift) {
+  const Shape& shape = f.subsymbols.front().outputs.front().sizes();
+  std::ostringstream os;
+  os << "VOLT_KERNEL(" << kernel_name << ") {\n";
+  size_t k = 0;
+  for (const Tensor& in : f.fusion_inputs)
+    os << "  const " << dtype_c_type(in.dtype()) << "* in_" << name(in) << " = (const " << dtype_c_type(in.dtype())
+       << "*)args[" << k++ << "];\n";
+  for (const Tensor& o : f.outputs)
+    os << "  " << dtype_c_type(o.dtype()) << "* out_" << name(o) << " = (" << dtype_c_type(o.dtype()) << "*)args["
+       << k++ << "];\n";
+  os << "  VOLT_LOOP(i, n) {\n";
+  for (const Tensor& in : f.fusion_inputs)
+    os << "    const " << dtype_c_type(in.dtype()) << " " << name(in) << " = in_" << name(in) << "["
+       << index_expr(in.sizes(), shape) << "];\n";
+  for (const BoundSymbol& p : f.subsymbols) {
+    const Tensor& out = p.outputs[0];
+    const std::string rt = dtype_c_type(out.dtype());
+    os << "    const " << rt << " " << name(out) << " = (" << rt << ")"
+       << prim_expr(p.call, out.dtype(), name, rng_shift) << ";\n";
+  }
+  for (const Tensor& o : f.outputs) os << "    out_" << name(o) << "[i] = " << name(o) << ";\n";
+  os << "  }\n}\n";
+  return os.str();
+}
+
+// Host-side definitions of the two macros.
+const char* kHostPrelude = R"volt(#include <cmath>
+using std::exp; using std::log; using std::sqrt; using std::tanh; using std::pow;
+#define VOLT_HD
+#define VOLT_PASTE2(a, b) a##b
+#define VOLT_PASTE(a, b) VOLT_PASTE2(a, b)
+#define VOLT_KERNEL(name) extern "C" void VOLT_PASTE(name, VOLT_KEY)(long long n, void* const* args, \
+    unsigned long long rng_seed, unsigned long long rng_offset)
+#define VOLT_LOOP(i, n) (void)rng_seed; (void)rng_offset; \
+    _Pragma("omp parallel for simd if (n > 65536)") for (long long i = 0; i < n; ++i)
+)volt";
+
+// CUDA definitions of the same: one thread per element, grid-stride; the
+// pointers come in a by-value table (kernel parameters live in constant
+// memory, so a launch allocates nothing on the device).
+const char* kCudaPrelude = R"volt(// volt fused-kernel prelude (CUDA)
+#define VOLT_HD __device__
+struct volt_args {
+  void* p[VOLT_MAX_ARGS];
+  __device__ void* operator[](int i) const { return p[i]; }
+};
+#define VOLT_KERNEL(name) extern "C" __global__ void name(long long n, volt_args args, \
+    unsigned long long rng_seed, unsigned long long rng_offset)
+#define VOLT_LOOP(i, n) \
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+       i += (long long)blockDim.x * gridDim.x)
+)volt";
+
+}  // namespace
+
+std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& f, const ProxyNames& names) {
+  VOLT_CHECK(!f.subsymbols.empty(), f.fusion_name, "a fusion region without prims");
+  auto k = std::make_shared<FusedKernel>();
+  k->name = f.fusion_name;
+  k->args = static_cast<long long>(f.fusion_inputs.size() + f.outputs.size());
+  bool draws = false;
+  unsigned long long base = ~0ull;
+  for (const BoundSymbol& p : f.subsymbols)
+    if (p.call.op == OpId::uniform) {
+      draws = true;
+      base = std::min<unsigned long long>(base, p.call.attrs.offset);
+    }
+  k->rng_base = draws ? base : 0;
+
+  // Canonical names: v0, v1, ... in the order the region defines its values.
+  std::unordered_map<int64_t, std::string> canon;
+  auto define = [&](const Tensor& t) { canon.emplace(id_of(t), "v" + std::to_string(canon.size())); };
+  for (const Tensor& in : f.fusion_inputs) define(in);
+  for (const BoundSymbol& p : f.subsymbols)
+    for (const Tensor& o : p.outputs) define(o);
+  auto canonical = [&](const Tensor& t) { return canon.at(id_of(t)); };
+  k->key = render(f, "fusion", canonical, k->rng_base);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash_string(k->key)));
+  k->symbol = std::string("volt_fused_") + hex;
+  k->body = render(f, k->symbol, canonical, k->rng_base);
+
+  auto readable = [&](const Tensor& t) { return names.name(t); };
+  k->source = "// " + f.fusion_name + ": " + shape_str(f.subsymbols.front().outputs.front().sizes()) +
+              " (compiled as " + k->symbol + ")\n" + render(f, f.fusion_name, readable, 0);
+  return k;
+}
+
+std::string host_source(const std::vector<const FusedKernel*>& kernels) {
+  std::string s = std::string(kHostPrelude) + kPhiloxSource + "\n";
+  for (const FusedKernel* k : kernels) s += k->body + "\n";
+  return s;
+}
+
+const std::string& cuda_prelude() {
+  static const std::string p = "#define VOLT_MAX_ARGS " + std::to_string(kMaxKernelArgs) + "\n" + kCudaPrelude +
+                               kPhiloxSource + "\n";
+  return p;
+}
+
+std::string cuda_source(const FusedKernel& k) { return cuda_prelude() + k.body; }
+
+std::string kernel_source(const BoundSymbol& region) { return region.kernel ? region.kernel->source : ""; }
+
+}  // namespace volt::jit

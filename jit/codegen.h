@@ -1,0 +1,69 @@
+// The code generator: one fused region of the IR -> one kernel, for the CPU
+// (the host C++ compiler) and for CUDA (NVRTC).  Both devices compile the same
+// kernel function; only the two macros it is written with differ:
+//
+//   VOLT_KERNEL(volt_fused_1f2e...) {          // a host function / a __global__ one
+//     const float* in_v0 = (const float*)args[0];
+//     float* out_v3 = (float*)args[1];
+//     VOLT_LOOP(i, n) {                        // an OpenMP loop / a grid-stride loop
+//       const float v0 = in_v0[i];
+//       const bool v1 = (bool)(((float)v0) > ((float)0.0));
+//       ...
+//
+// A region's key is that function written with canonical names (v0, v1, ...
+// in the order the region defines them) and its Philox draws counted from its
+// first one: it holds the op sequence, every dtype, each input's broadcast
+// class and the random draws, and nothing the trace merely names.  Regions
+// with equal keys share one compiled kernel (the three 784-wide layers of the
+// MNIST model: one kernel forward, one backward); the first draw's counter is
+// added to the offset at launch.
+//
+// Each region also has a readable rendering, the same function with the
+// trace's names (`const float t2 = ...`), so a printed trace and its kernel
+// read side by side: kernel_source() returns it.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <volt/jit/trace.h>
+
+namespace volt::jit {
+
+using KernelFn = void (*)(long long n, void* const* args, unsigned long long rng_seed,
+                          unsigned long long rng_offset);
+
+// The most pointers (inputs and outputs) one kernel takes; the CUDA argument
+// table (volt_args) has this many slots.
+constexpr int kMaxKernelArgs = 64;
+
+struct FusedKernel {
+  std::string name;        // the region's name in its trace: cpuFusion0
+  std::string key;         // the canonical kernel (see above); equal keys compute the same thing
+  std::string symbol;      // the compiled function's name: volt_fused_<hash of key>
+  std::string body;        // the compiled function: `key` under the name `symbol`
+  std::string source;      // the readable rendering, with the trace's names
+  unsigned long long rng_base = 0;  // the region's first Philox counter, added at launch
+  long long args = 0;      // inputs + outputs
+  KernelFn fn = nullptr;   // CPU: the loaded function
+  void* device_fn = nullptr;  // CUDA: the loaded kernel (cudaKernel_t)
+};
+
+// Generates the kernel of a fusion region (fusion_inputs, subsymbols, outputs).
+std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& region, const ProxyNames& names);
+
+// A whole translation unit: the host prelude (VOLT_KERNEL, VOLT_LOOP for a
+// host loop), the Philox source, and each kernel's body.  The kernel cache
+// defines VOLT_KEY in front of it.
+std::string host_source(const std::vector<const FusedKernel*>& kernels);
+
+// The CUDA definitions a fused kernel is compiled with (VOLT_KERNEL as a
+// __global__ function taking its pointers in a by-value table, VOLT_LOOP as a
+// grid-stride loop, the Philox source), and the full NVRTC source of one kernel.
+const std::string& cuda_prelude();
+std::string cuda_source(const FusedKernel& kernel);
+
+// The readable kernel of a fusion region of a trace ("" for any other bound symbol).
+std::string kernel_source(const BoundSymbol& region);
+
+}  // namespace volt::jit
