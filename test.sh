@@ -2,7 +2,7 @@
 # Installs what is missing, builds volt and runs the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")"
-./setup.sh
+VOLT_NEED_BROWSER=1 ./setup.sh
 ./build/tests/volt_tests "$@"
 # volt as other projects use it: installed (find_package, pkg-config) and vendored
 # (add_subdirectory); and every C++ block of README.md compiled.

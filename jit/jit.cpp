@@ -15,6 +15,7 @@
 #include <volt/jit/kernel_cache.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/pipeline.h>
+#include <volt/jit/report.h>
 #include <volt/jit/tracer.h>
 #include <volt/tensor/ops.h>
 
@@ -291,7 +292,12 @@ std::vector<Tensor> JitFunction::call(const std::vector<Tensor>& args, size_t n_
                      "dtypes or requires_grad keep changing defeat the cache (last change: "
                   << reason << ")\n";
       entry = compile(args, n_primals);
-      std::lock_guard<std::mutex> lock(state_->mutex);
+      entry->key = key;
+      entry->reason = reason;
+      entry->compile = misses;
+      std::unique_lock<std::mutex> lock(state_->mutex);
+      state_->miss_history.push_back("compile " + std::to_string(misses) + ": " + reason);
+      if (state_->miss_history.size() > 256) state_->miss_history.erase(state_->miss_history.begin());
       if (caching) {
         std::vector<Bucket>& buckets = state_->cache[hash];
         Bucket* bucket = nullptr;
@@ -309,13 +315,17 @@ std::vector<Tensor> JitFunction::call(const std::vector<Tensor>& args, size_t n_
       }
       state_->last_key = key;
       state_->last = entry;
+      lock.unlock();
+      if (report_enabled()) report_jit_compile(*this, state_);
     } else {
+      ++entry->hits;
       ++state_->hits;
       std::lock_guard<std::mutex> lock(state_->mutex);
       state_->last = entry;
     }
   } else {
     ++state_->hits;
+    ++entry->hits;
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->last = entry;
   }
@@ -454,6 +464,25 @@ JitFunction::CompileStats JitFunction::compile_stats() const {
     }
   st.kernels = static_cast<int>(keys.size());
   return st;
+}
+
+std::vector<JitFunction::EntryInfo> JitFunction::entry_infos() const {
+  std::vector<std::shared_ptr<Entry>> all;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    for (const auto& [hash, buckets] : state_->cache)
+      for (const Bucket& b : buckets) all.insert(all.end(), b.entries.begin(), b.entries.end());
+    if (all.empty() && state_->last) all.push_back(state_->last);
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a->compile < b->compile; });
+  std::vector<EntryInfo> r;
+  for (const auto& e : all) r.push_back({e->key, e->reason, e->compile, e->hits.load(), e->traces, e->backward_traces});
+  return r;
+}
+
+std::vector<std::string> JitFunction::miss_history() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->miss_history;
 }
 
 const std::vector<Trace>& JitFunction::last_backward_traces() const {

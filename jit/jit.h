@@ -90,6 +90,20 @@ class JitFunction {
   // What the last cache miss cost, pass by pass (forward and backward).
   CompileStats compile_stats() const;
 
+  // One cached entry as a report shows it (jit/report.h).
+  struct EntryInfo {
+    std::string key;     // the readable cache key
+    std::string reason;  // why it was compiled
+    int64_t compile = 0;  // 1 for this function's first compile, 2 for its second, ...
+    int64_t hits = 0;     // calls it served from the cache
+    std::vector<Trace> traces, backward_traces;
+  };
+  // Every entry the cache holds, in the order they were compiled (with
+  // caching off: the last compile's).
+  std::vector<EntryInfo> entry_infos() const;
+  // Why each compile happened, oldest first ("compile 2: input0=... (was ...)"); the last 256.
+  std::vector<std::string> miss_history() const;
+
  private:
   struct Entry {
     std::shared_ptr<ProxyNames> names;
@@ -98,6 +112,9 @@ class JitFunction {
     std::vector<Trace> backward_traces;  // when the call needs gradients
     std::vector<int> grad_input_index;   // backward output k is the grad of input grad_input_index[k]
     size_t num_outputs = 0;
+    std::string key, reason;  // for reports
+    int64_t compile = 0;
+    std::atomic<int64_t> hits{0};
   };
   // n_primals: for vjp, how many of args are primals (the rest are cotangents).
   std::vector<Tensor> call(const std::vector<Tensor>& args, size_t n_primals);
@@ -134,6 +151,7 @@ class JitFunction {
     std::unordered_map<uint64_t, std::vector<Bucket>> cache;
     std::shared_ptr<Entry> last;
     std::string last_key, miss_reason;  // last_key: of the last compile
+    std::vector<std::string> miss_history;
     std::atomic<int64_t> hits{0}, misses{0};
   };
   std::shared_ptr<State> state_ = std::make_shared<State>();

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <deque>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -251,8 +253,37 @@ std::string kernel_cache_problem(const fs::path& library, const std::string& key
   return "";
 }
 
+namespace {
+std::vector<void*> load_host_kernels_impl(const std::string& body, const std::vector<std::string>& names,
+                                          std::string* error, std::string* outcome, std::string* library_path);
+std::mutex g_loads_mutex;
+std::deque<KernelLoad> g_loads;
+}  // namespace
+
+std::vector<KernelLoad> recent_kernel_loads() {
+  std::lock_guard<std::mutex> lock(g_loads_mutex);
+  return {g_loads.begin(), g_loads.end()};
+}
+
 std::vector<void*> load_host_kernels(const std::string& body, const std::vector<std::string>& names,
                                      std::string* error) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string outcome = "compiled";
+  std::string library_path;
+  std::vector<void*> r = load_host_kernels_impl(body, names, error, &outcome, &library_path);
+  KernelLoad load{names, body, r.empty() && !names.empty() ? "failed" : outcome,
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+                  library_path};
+  std::lock_guard<std::mutex> lock(g_loads_mutex);
+  g_loads.push_back(std::move(load));
+  if (g_loads.size() > 64) g_loads.pop_front();
+  return r;
+}
+
+namespace {
+
+std::vector<void*> load_host_kernels_impl(const std::string& body, const std::vector<std::string>& names,
+                                          std::string* error, std::string* outcome, std::string* library_path) {
   const std::string cxx = compiler();
   std::string source_key = kernel_cache_key(body);
   const std::string hash = hex128(source_key);
@@ -264,6 +295,7 @@ std::vector<void*> load_host_kernels(const std::string& body, const std::vector<
   std::lock_guard<std::mutex> lock(g_mutex);
   static std::unordered_map<std::string, void*> loaded;  // library path -> handle: one dlopen each
   const fs::path library = resolve_dir() / ("cpu_" + hash + ".so");
+  *library_path = library.string();
   auto symbols = [&](void* handle, std::string* missing) {
     std::vector<void*> r;
     for (const std::string& n : names) {
@@ -277,6 +309,7 @@ std::vector<void*> load_host_kernels(const std::string& body, const std::vector<
     return r;
   };
   if (auto it = loaded.find(library.string()); it != loaded.end()) {
+    *outcome = "loaded already";
     std::string missing;
     return symbols(it->second, &missing);
   }
@@ -290,6 +323,7 @@ std::vector<void*> load_host_kernels(const std::string& body, const std::vector<
     }
   }
   for (int attempt = 0; attempt < 2; ++attempt) {
+    *outcome = have ? "disk cache" : "compiled";
     if (!have && !build(cxx, source, key, library, error)) return {};
     void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
     std::string missing;
@@ -310,5 +344,7 @@ std::vector<void*> load_host_kernels(const std::string& body, const std::vector<
   }
   return {};
 }
+
+}  // namespace
 
 }  // namespace volt::jit

@@ -37,6 +37,18 @@ namespace volt::jit {
 std::vector<void*> load_host_kernels(const std::string& source, const std::vector<std::string>& names,
                                      std::string* error);
 
+// One load_host_kernels call, kept for reports (jit/report.h): where the
+// kernels came from ("compiled", "disk cache", "loaded already") and what it cost.
+struct KernelLoad {
+  std::vector<std::string> names;
+  std::string source;  // the whole source given to load_host_kernels
+  std::string outcome;
+  double ms = 0;
+  std::string library;
+};
+// The last 64 loads, oldest first.
+std::vector<KernelLoad> recent_kernel_loads();
+
 // The directory entries go to now (after any fallback).
 std::filesystem::path kernel_cache_dir();
 

@@ -9,6 +9,7 @@
 #include <volt/jit/fusion.h>
 #include <volt/jit/memory_plan.h>
 #include <volt/jit/passes.h>
+#include <volt/jit/report.h>
 #include <volt/jit/step_trace.h>
 #include <volt/jit/tracer.h>
 
@@ -171,6 +172,8 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
     if (log) std::cerr << "volt.jit: compiling the training step (" << miss_reason_ << ")\n";
     found = compile(args);
     cache_.emplace_back(key, found);
+    last_ = found;
+    if (report_enabled()) report_step_compile(*this, key);
   }
   last_ = found;
   last_key_ = std::move(key);

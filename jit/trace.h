@@ -71,6 +71,8 @@ struct Trace {
   std::shared_ptr<const Program> program;  // built on first run
 
   std::string str() const;
+  // The trace as a Graphviz DOT graph (jit/dot.h).
+  std::string to_dot() const;
 };
 
 // The names of proxies: inputs keep the names they were given, the rest are t0, t1, ...

@@ -25,6 +25,7 @@
 #include <volt/jit/fusion.h>
 #include <volt/jit/kernel_cache.h>
 #include <volt/jit/passes.h>
+#include <volt/jit/report.h>
 #include <volt/jit/pipeline.h>
 #include <volt/jit/tracer.h>
 #include <volt/tensor/backend.h>
@@ -451,7 +452,7 @@ std::string first_change(const std::string& a, const std::string& b) {
   return "fewer lines";
 }
 
-std::shared_ptr<Entry> lookup_or_compile(const Graph& g) {
+std::shared_ptr<Entry> lookup_or_compile(const Graph& g, Reason why) {
   State& s = S();
   if (auto it = s.cache.find(g.key); it != s.cache.end()) {
     count("CachedCompile");
@@ -470,6 +471,7 @@ std::shared_ptr<Entry> lookup_or_compile(const Graph& g) {
   }
   std::shared_ptr<Entry> e = compile(g);
   s.last_compiled = e;
+  if (jit::report_enabled()) jit::report_lazy_compile(e->traces, g.key, reason_name(why), g.nodes.size());
   if (s.cache_capacity == 0) return e;
   s.lru.push_front(e);
   s.cache[e->key] = s.lru.begin();
@@ -497,7 +499,7 @@ void run_graph(std::vector<ValuePtr> values, Reason why) {
   auto t0 = Clock::now();
   count(std::string("RunGraph.") + reason_name(why));
   Graph g = build_graph(roots);
-  std::shared_ptr<Entry> e = lookup_or_compile(g);
+  std::shared_ptr<Entry> e = lookup_or_compile(g, why);
 
   std::vector<Tensor> inputs;
   inputs.reserve(g.leaves.size() + g.scalars.size());
