@@ -138,6 +138,7 @@ std::vector<Executor*> registered_executors();
 Executor& eager_executor();
 FusionExecutor& cpu_fusion_executor();
 void add_builtin_executor(Executor& ex, bool before_others = true);
+void remove_builtin_executor(Executor& ex);  // no-op when it is not one
 std::vector<Executor*> builtin_executors();
 
 // The user's executors first, then the built-in ones, eager last.
