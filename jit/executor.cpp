@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <volt/jit/executor_registry.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/tracer.h>
 
@@ -40,6 +41,7 @@ Symbol OperatorExecutor::register_operator(const std::string& name, OperatorDef 
   c.vjp = def.grad;
   int64_t id = register_custom_op(std::move(c));
   operators_.push_back(id);
+  note_operator_owner(id, *this);
   return Symbol(id);
 }
 
@@ -232,7 +234,11 @@ std::vector<Executor*>& builtins() {
 
 }  // namespace
 
-Executor::~Executor() { unregister_executor(*this); }
+Executor::~Executor() {
+  unregister_executor(*this);
+  remove_builtin_executor(*this);
+  forget_operators_of(*this);
+}
 
 void unregister_executor(Executor& ex) {
   std::lock_guard<std::mutex> lock(registry_mutex());
@@ -265,6 +271,11 @@ void add_builtin_executor(Executor& ex, bool before_others) {
   std::vector<Executor*>& b = builtins();
   if (std::find(b.begin(), b.end(), &ex) != b.end()) return;
   b.insert(before_others ? b.begin() : b.end() - 1, &ex);  // eager stays last
+}
+
+void remove_builtin_executor(Executor& ex) {
+  std::vector<Executor*>& b = builtins();
+  b.erase(std::remove(b.begin(), b.end(), &ex), b.end());
 }
 
 std::vector<Executor*> builtin_executors() { return builtins(); }
@@ -311,6 +322,7 @@ void visit(const Executor* ex, const BoundSymbol& b, ProxyNames& names, std::vec
 
 Trace claim_pass(const Trace& t, ProxyNames& names, const std::vector<Executor*>& executors) {
   auto t0 = Clock::now();
+  check_operator_executors(t.bsyms, executors);
   Trace r = t;
   for (const Executor* ex : executors) {
     if (ex == &eager_executor()) break;

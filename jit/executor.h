@@ -99,7 +99,9 @@ class OperatorExecutor : public Executor {
   using Fn = CustomOpDef::Fn;             // arguments -> outputs
   using MetaFn = CustomOpDef::MetaFn;     // arguments -> output metadata
   using Checker = std::function<bool(const std::vector<Value>&)>;
-  using GradTransform = CustomOpDef::VjpFn;  // (inputs, output grads) -> input grads
+  // Restates the op and returns its outputs, exchanging gradients through
+  // get_grad and put_grads (jit/grad_transform.h).
+  using GradTransform = std::function<std::vector<Tensor>(const std::vector<Value>&)>;
 
   // Exactly one of `like` and `meta`.  `like` writes the op with volt ops: it
   // gives the op its metadata, its printed decomposition and its gradient.
@@ -109,7 +111,7 @@ class OperatorExecutor : public Executor {
     Fn like{};
     MetaFn meta{};
     Fn fn{};
-    GradTransform grad{};
+    CustomOpDef::VjpFn grad{};  // a prim's VJP: (inputs, output grads) -> input grads
   };
   struct Implementation {
     Checker checker{};               // may this executor take the op here? (null: always)
@@ -189,6 +191,7 @@ std::vector<Executor*> registered_executors();
 Executor& eager_executor();
 FusionExecutor& cpu_fusion_executor();
 void add_builtin_executor(Executor& ex, bool before_others = true);
+void remove_builtin_executor(Executor& ex);  // no-op when it is not one
 std::vector<Executor*> builtin_executors();
 
 // The user's executors first, then the built-in ones, eager last.

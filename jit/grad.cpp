@@ -6,6 +6,7 @@
 
 #include <volt/autograd/vjp.h>
 #include <volt/jit/executor.h>
+#include <volt/jit/grad_transform.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/tracer.h>
 #include <volt/tensor/ops.h>
@@ -85,6 +86,14 @@ GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool
   r.num_outputs = fwd.outputs.size();
   std::vector<BoundSymbol> prims;
   grad_units(fwd.bsyms, executors, prims);
+  // Ops with a grad transform: traced once here (jit/grad_transform.h).
+  std::vector<ExpandedGradTransform> expanded;
+  std::unordered_map<const BoundSymbol*, size_t> expansion_of;
+  for (const BoundSymbol& b : prims)
+    if (const auto* gt = grad_transform_for(b.call, executors)) {
+      expansion_of[&b] = expanded.size();
+      expanded.push_back(expand_grad_transform(*gt, b, names));
+    }
 
   // Which values carry a gradient.
   std::unordered_set<int64_t> needs;
@@ -122,21 +131,25 @@ GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool
       }
       if (!any) continue;
       std::vector<Tensor> in_grads;
-      const OperatorExecutor::GradTransform* gt = grad_transform_for(b.call, executors);
-      if (gt || b.call.op == OpId::custom) {
+      auto expansion = expansion_of.find(&b);
+      if (expansion != expansion_of.end() || b.call.op == OpId::custom) {
         for (size_t k = 0; k < gs.size(); ++k)
           if (!gs[k].defined()) gs[k] = full(b.outputs[k].sizes(), 0.0, b.outputs[k].dtype(), b.outputs[k].device());
-        const CustomOpDef::VjpFn* fn = gt;
-        if (!fn) {
+        if (expansion != expansion_of.end()) {
+          in_grads = expanded[expansion->second].replay_backward(b.call.args, gs);
+        } else {
           const CustomOpDef& def = custom_op(b.call.attrs.custom);
           VOLT_CHECK(def.vjp, def.name, "has no gradient registered (register it with `grad`)");
-          fn = &def.vjp;
+          in_grads = def.vjp(b.call.args, gs);
         }
-        in_grads = (*fn)(b.call.args, gs);
+        std::unordered_set<int64_t> given;  // a value passed twice gets its gradient once
+        for (size_t i = 0; i < b.call.args.size() && i < in_grads.size(); ++i)
+          if (b.call.args[i].is_tensor && b.call.args[i].tensor.defined() && in_grads[i].defined())
+            given.insert(id_of(b.call.args[i].tensor));
         for (size_t i = 0; i < b.call.args.size(); ++i) {
           const Value& v = b.call.args[i];
           if (v.is_tensor && v.tensor.defined() && needs.count(id_of(v.tensor)))
-            VOLT_CHECK(i < in_grads.size() && in_grads[i].defined(), op_name(b.call),
+            VOLT_CHECK(given.count(id_of(v.tensor)), op_name(b.call),
                        "its grad transform put no gradient for input " << i << " (" << v.tensor.meta_str() << ")");
         }
       } else {
@@ -243,7 +256,9 @@ GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool
   bt.split = saved.size();
   Trace ft = fwd;
   ft.name = "augmented_forward_fn";
-  ft.bsyms = expose(fwd.bsyms, saved_ids);
+  std::unordered_map<int64_t, const ExpandedGradTransform*> by_output;
+  for (auto& [unit, k] : expansion_of) by_output[id_of(unit->outputs.front())] = &expanded[k];
+  ft.bsyms = expose(expanded.empty() ? fwd.bsyms : splice_forward(fwd.bsyms, by_output), saved_ids);
   ft.kind = Trace::Kind::AugmentedForward;
   ft.split = fwd.outputs.size();
   ft.outputs.insert(ft.outputs.end(), saved.begin(), saved.end());

@@ -29,6 +29,8 @@
 #include <vector>
 
 #include <volt/jit/executor.h>
+#include <volt/jit/executor_registry.h>
+#include <volt/jit/grad_transform.h>
 #include <volt/jit/trace.h>
 
 namespace volt::jit {

@@ -10,7 +10,8 @@
 //   4. its gradient, which comes from the like-function;
 //   5. `mul` implemented by multimul (a checker and an execution transform);
 //   6. the gradient of that: the backward's muls become multimuls too;
-//   7. a grad transform that computes both gradients with one multimul;
+//   7. a grad transform in the notebook's form (get_grad, put_grads, the
+//      forward's result returned) that makes both gradients with one multimul;
 //   8. an execution transform with a prologue (inputs made contiguous first).
 // Every result is compared with eager volt ops; any difference makes the
 // program exit with status 1, so it checks itself.
@@ -196,15 +197,24 @@ int main() {
     if (count_of(trace, "= multimul(") != 2) ++g_failures;
 
     // ---- 7. a grad transform: one multimul for both gradients
-    // It replaces mul's VJP: given mul's inputs (a, b) and the gradient g of
-    // its output, it returns (b * g, a * g), the two products one multimul makes.
+    // As in the notebook, it restates mul's forward, asks for the gradient of
+    // the result, makes both input gradients with one multimul and hands them
+    // back, then returns the forward's result.  The grad pass puts its forward
+    // part where mul was and its backward part into the backward.
     // Registering mul again replaces the implementation of step 5.
+    auto mymul_grad = [&](const std::vector<Value>& v) {
+      Tensor a = v[0].tensor, b = v[1].tensor;
+      Tensor fwd = mul(a, b);
+
+      Tensor g = jit::get_grad(fwd);
+      std::vector<Tensor> ab = multimul(b, g, a, g);
+      Tensor a_grad = ab[0], b_grad = ab[1];
+      jit::put_grads({a, b}, {a_grad, b_grad});
+
+      return std::vector<Tensor>{fwd};
+    };
     myex.register_implementation(
-        OpId::mul, {.checker = all_cpu,
-                    .execution_transform = mul_to_multimul,
-                    .grad_transform = [&](const std::vector<Value>& in, const std::vector<Tensor>& grads_out) {
-                      return multimul(in[1], grads_out[0], in[0], grads_out[0]);
-                    }});
+        OpId::mul, {.checker = all_cpu, .execution_transform = mul_to_multimul, .grad_transform = mymul_grad});
     auto cbar_grad1 = jit::grad(jit::jit(bar, {.executors = {myex}}));
     banner("7. grad(bar)(a, b) with a grad transform: one multimul");
     g = cbar_grad1({a, b});
@@ -231,7 +241,7 @@ int main() {
     trace = jit::last_traces(ccaz).back().str();
     std::cout << r[0] << "\n" << trace;
     check("contiguous prologue", r[0], mul(at, b));
-    check_trace("trace copies t_0", trace, "prims.copy(t_0)");
+    check_trace("trace copies t_0", trace, "prims.contiguous(t_0)");
     check_trace("trace calls multimul", trace, "= multimul(");
   } catch (const std::exception& e) {
     std::cerr << "extend_multimul: " << e.what() << "\n";

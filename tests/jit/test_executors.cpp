@@ -127,8 +127,12 @@ TEST_CASE("executors: an implementation with a checker and an execution transfor
                   .execution_transform = [&](const std::vector<Value>& v) {
                     return std::vector<Tensor>{multimul(v[0], v[1], 0, 0)[0]};
                   },
-                  .grad_transform = [&](const std::vector<Value>& in, const std::vector<Tensor>& go) {
-                    return multimul(in[1], go[0], in[0], go[0]);
+                  .grad_transform = [&](const std::vector<Value>& in) {
+                    Tensor fwd = mul(in[0].tensor, in[1]);
+                    Tensor g = jit::get_grad(fwd);
+                    std::vector<Tensor> ab = multimul(in[1], g, in[0], g);
+                    jit::put_grads({in[0].tensor, in[1].tensor}, ab);
+                    return std::vector<Tensor>{fwd};
                   }});
   auto g2 = jit::grad(jit::jit(mul_fn, {.executors = {myex}}));
   grads = g2({a, b});
@@ -219,8 +223,8 @@ TEST_CASE("executors: mistakes are clear errors that name the executor and the o
 
   // A grad transform that puts no gradient.
   OperatorExecutor lazy_grad("nograd_e", "0.1");
-  lazy_grad.register_implementation(OpId::mul, {.grad_transform = [](const std::vector<Value>&, const std::vector<Tensor>&) {
-                                                  return std::vector<Tensor>{};
+  lazy_grad.register_implementation(OpId::mul, {.grad_transform = [](const std::vector<Value>& v) {
+                                                  return std::vector<Tensor>{mul(v[0].tensor, v[1])};
                                                 }});
   auto jg = jit::grad(jit::jit(mul_fn, {.executors = {lazy_grad}}));
   CHECK_THROWS_WITH_AS(jg({Tensor::ones({2}), Tensor::ones({2})}),
