@@ -452,7 +452,7 @@ void run_reduce(const OpCall& call, Tensor& out) {
 // ---------------------------------------------------------------- the backend
 
 // Blocks from this size up are kept for reuse when their tensor dies.
-constexpr size_t kLargeBlock = size_t(1) << 20;
+constexpr size_t kLargeBlock = size_t(1) << 16;
 // At most this many bytes wait in the cache; beyond it blocks go back to the system.
 constexpr size_t kLargeCacheLimit = size_t(1) << 30;
 

@@ -37,6 +37,9 @@ struct GemmKernels {
   // real, the rest zeros), k-major: dst[kk R + r] = x[r rs + kk] for kk < kc.
   // A transposition: vector shuffles where the set has them.
   void (*pack_rows)(const T* x, int64_t live, int64_t kc, int64_t rs, int R, T* dst);
+  // The same panel from X with unit row stride and column stride cs: runs of
+  // `live` elements copied, dst[kk R + r] = x[kk cs + r].
+  void (*pack_cols)(const T* x, int64_t live, int64_t kc, int64_t cs, int R, T* dst);
 };
 
 const GemmKernels<float>& gemm_kernels_f32();   // of isa()

@@ -26,9 +26,9 @@ namespace {
 namespace generic {
 #include <volt/tensor/cpu_gemm_tiles.inc>
 const GemmKernels<float> f32 = {8, 32, packed_tile_loops<float, 8, 32>, skinny<float>,
-                                 pack_rows_loops<float>};
+                                 pack_rows_loops<float>, pack_cols_loops<float>};
 const GemmKernels<double> f64 = {8, 16, packed_tile_loops<double, 8, 16>, skinny<double>,
-                                  pack_rows_loops<double>};
+                                  pack_rows_loops<double>, pack_cols_loops<double>};
 }  // namespace generic
 
 #ifdef VOLT_GEMM_X86
@@ -53,9 +53,9 @@ struct Ops {
 };
 // 6 x 16: 12 accumulators of the 16 registers.
 const GemmKernels<float> f32 = {6, 16, packed_tile_vec<__m256, 8, 6, 2, Ops>, skinny<float>,
-                                 pack_rows_loops<float>};
+                                 pack_rows_loops<float>, pack_cols_loops<float>};
 const GemmKernels<double> f64 = {6, 8, packed_tile_loops<double, 6, 8>, skinny<double>,
-                                  pack_rows_loops<double>};
+                                  pack_rows_loops<double>, pack_cols_loops<double>};
 }  // namespace avx2
 #ifdef __clang__
 #pragma clang attribute pop
@@ -126,10 +126,21 @@ void pack_rows_f32(const float* x, int64_t live, int64_t kc, int64_t rs, int R, 
   }
 }
 
+// GemmKernels::pack_cols with masked vector moves of 16.
+void pack_cols_f32(const float* x, int64_t live, int64_t kc, int64_t cs, int R, float* d) {
+  for (int64_t kk = 0; kk < kc; ++kk)
+    for (int r0 = 0; r0 < R; r0 += 16) {
+      const int64_t real = std::clamp<int64_t>(live - r0, 0, 16);
+      const __m512 v = _mm512_maskz_loadu_ps(__mmask16((1u << real) - 1), x + kk * cs + r0);
+      _mm512_mask_storeu_ps(d + kk * R + r0, __mmask16((1u << std::min(16, R - r0)) - 1), v);
+    }
+}
+
 // 12 x 32: 24 accumulators of the 32 registers.
-const GemmKernels<float> f32 = {12, 32, packed_tile_vec<__m512, 16, 12, 2, Ops>, skinny<float>, pack_rows_f32};
+const GemmKernels<float> f32 = {12, 32, packed_tile_vec<__m512, 16, 12, 2, Ops>, skinny<float>, pack_rows_f32,
+                                pack_cols_f32};
 const GemmKernels<double> f64 = {8, 16, packed_tile_loops<double, 8, 16>, skinny<double>,
-                                  pack_rows_loops<double>};
+                                  pack_rows_loops<double>, pack_cols_loops<double>};
 }  // namespace avx512
 #ifdef __clang__
 #pragma clang attribute pop

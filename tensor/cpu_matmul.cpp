@@ -50,13 +50,12 @@ void pack_panel(const cpu::GemmKernels<T>& ker, const T* x, int64_t rows, int64_
   T* d = dst + q * R * kc;
   const int64_t r0 = q * R, live = std::min<int64_t>(R, rows - r0);
   if (cs == 1) return ker.pack_rows(x + r0 * rs, live, kc, rs, R, d);  // a transposition
-  // Columns contiguous (rs == 1 in training's layouts): runs of R copied.
+  // Columns contiguous (training's other layouts): runs of `live` copied.
+  if (rs == 1) return ker.pack_cols(x + r0, live, kc, cs, R, d);
   for (int64_t kk = 0; kk < kc; ++kk) {
     T* dk = d + kk * R;
     const T* xk = x + r0 * rs + kk * cs;
-    if (rs == 1) std::copy(xk, xk + live, dk);
-    else
-      for (int64_t r = 0; r < live; ++r) dk[r] = xk[r * rs];
+    for (int64_t r = 0; r < live; ++r) dk[r] = xk[r * rs];
     for (int64_t r = live; r < R; ++r) dk[r] = T(0);
   }
 }
