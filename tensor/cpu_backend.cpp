@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <tuple>
 #include <type_traits>
 #include <unordered_map>
 #include <xmmintrin.h>
@@ -63,23 +64,74 @@ bool is_plain(const Operand& o, const Shape& shape) {
   return true;
 }
 
+bool is_scalar(const Operand& o) {
+  return std::all_of(o.strides.begin(), o.strides.end(), [](int64_t s) { return s == 0; });
+}
+
+// Which operands are one element broadcast to the whole output (bit k: operand
+// k), when every other one is plain; -1 when some operand is neither.
+template <size_t N>
+int scalar_mask(const std::array<Operand, N>& in, const Shape& shape) {
+  int mask = 0;
+  for (size_t k = 0; k < N; ++k) {
+    if (is_plain(in[k], shape)) continue;
+    if (!is_scalar(in[k])) return -1;
+    mask |= 1 << k;
+  }
+  return mask;
+}
+
+// Calls f.template operator()<M>() with M = mask, for masks of N operands.
+template <size_t N, class F>
+void with_mask(int mask, F&& f) {
+  static_assert(N >= 1 && N <= 3);
+  switch (mask) {
+    case 0: return f.template operator()<0>();
+    case 1: return f.template operator()<1>();
+    case 2: if constexpr (N >= 2) return f.template operator()<2>(); else break;
+    case 3: if constexpr (N >= 2) return f.template operator()<3>(); else break;
+    case 4: if constexpr (N >= 3) return f.template operator()<4>(); else break;
+    case 5: if constexpr (N >= 3) return f.template operator()<5>(); else break;
+    case 6: if constexpr (N >= 3) return f.template operator()<6>(); else break;
+    case 7: if constexpr (N >= 3) return f.template operator()<7>(); else break;
+    default: break;
+  }
+}
+
+// Operand k's element i, where bit k of M says it is one broadcast element.
+template <int M, size_t K, class P>
+inline auto elem(const P& p, int64_t i) {
+  if constexpr ((M >> K) & 1) return *std::get<K>(p);
+  else return std::get<K>(p)[i];
+}
+
+// out[i] = f(in0[i], ...) over [0, n) for operands each plain or one broadcast
+// element (M), split over threads when large; the loops vectorise.
+template <int M, class R, class F, class... P>
+void flat_loop(R* o, int64_t n, const std::tuple<P...>& p, const F& f) {
+  cpu::parallel_for(n, kParallelGrain, [&](int64_t i0, int64_t i1) {
+    if constexpr (sizeof...(P) == 1)
+      for (int64_t i = i0; i < i1; ++i) o[i] = static_cast<R>(f(elem<M, 0>(p, i)));
+    else if constexpr (sizeof...(P) == 2)
+      for (int64_t i = i0; i < i1; ++i) o[i] = static_cast<R>(f(elem<M, 0>(p, i), elem<M, 1>(p, i)));
+    else
+      for (int64_t i = i0; i < i1; ++i)
+        o[i] = static_cast<R>(f(elem<M, 0>(p, i), elem<M, 1>(p, i), elem<M, 2>(p, i)));
+  });
+}
+
 // out[i] = f(in0[...], in1[...], ...) for every element; out is contiguous.
 template <class R, class C, size_t N, class F>
 void elementwise(Tensor& out, const std::array<Operand, N>& in, F f) {
   const Shape& shape = out.sizes();
   int64_t n = out.numel();
   R* o = static_cast<R*>(out.raw_data());
-  bool plain = true;
-  for (const Operand& op : in) plain &= is_plain(op, shape);
-  if (plain) {
-    std::array<const C*, N> p;
-    for (size_t k = 0; k < N; ++k) p[k] = reinterpret_cast<const C*>(in[k].ptr);
-    cpu::parallel_for(n, kParallelGrain, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        if constexpr (N == 1) o[i] = static_cast<R>(f(p[0][i]));
-        else if constexpr (N == 2) o[i] = static_cast<R>(f(p[0][i], p[1][i]));
-        else o[i] = static_cast<R>(f(p[0][i], p[1][i], p[2][i]));
-      }
+  if (const int mask = scalar_mask(in, shape); mask >= 0 && n > 0) {
+    auto ptr = [&](size_t k) { return reinterpret_cast<const C*>(in[k].ptr); };
+    with_mask<N>(mask, [&]<int M>() {
+      if constexpr (N == 1) flat_loop<M, R>(o, n, std::tuple{ptr(0)}, f);
+      else if constexpr (N == 2) flat_loop<M, R>(o, n, std::tuple{ptr(0), ptr(1)}, f);
+      else flat_loop<M, R>(o, n, std::tuple{ptr(0), ptr(1), ptr(2)}, f);
     });
     return;
   }
@@ -400,7 +452,7 @@ void run_reduce(const OpCall& call, Tensor& out) {
 // ---------------------------------------------------------------- the backend
 
 // Blocks from this size up are kept for reuse when their tensor dies.
-constexpr size_t kLargeBlock = size_t(1) << 20;
+constexpr size_t kLargeBlock = size_t(1) << 16;
 // At most this many bytes wait in the cache; beyond it blocks go back to the system.
 constexpr size_t kLargeCacheLimit = size_t(1) << 30;
 
@@ -641,9 +693,11 @@ class CpuBackend final : public Backend {
       const bool* c = reinterpret_cast<const bool*>(in[0].ptr);
       const scalar_t* a = reinterpret_cast<const scalar_t*>(in[1].ptr);
       const scalar_t* b = reinterpret_cast<const scalar_t*>(in[2].ptr);
-      bool plain = is_plain(in[0], sh) && is_plain(in[1], sh) && is_plain(in[2], sh);
-      if (plain) {
-        for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? a[i] : b[i];
+      if (const int mask = scalar_mask(in, sh); mask >= 0 && n > 0) {
+        with_mask<3>(mask, [&]<int M>() {
+          flat_loop<M, scalar_t>(o, n, std::tuple{c, a, b},
+                                 [](bool ci, scalar_t ai, scalar_t bi) { return ci ? ai : bi; });
+        });
         return;
       }
       Shape idx(nd, 0);

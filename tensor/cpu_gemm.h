@@ -33,6 +33,13 @@ struct GemmKernels {
   // few rows or a short k; false when the layout does not suit (then pack).
   bool (*skinny)(const T* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const T* b, int64_t n,
                  int64_t brs, int64_t bcs, T* c, const T* bias, bool relu);
+  // One panel of R rows of X (rows contiguous, row stride rs; `live` of them
+  // real, the rest zeros), k-major: dst[kk R + r] = x[r rs + kk] for kk < kc.
+  // A transposition: vector shuffles where the set has them.
+  void (*pack_rows)(const T* x, int64_t live, int64_t kc, int64_t rs, int R, T* dst);
+  // The same panel from X with unit row stride and column stride cs: runs of
+  // `live` elements copied, dst[kk R + r] = x[kk cs + r].
+  void (*pack_cols)(const T* x, int64_t live, int64_t kc, int64_t cs, int R, T* dst);
 };
 
 const GemmKernels<float>& gemm_kernels_f32();   // of isa()

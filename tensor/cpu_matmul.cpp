@@ -45,25 +45,19 @@ constexpr int64_t kParallelWork = int64_t(1) << 21;    // multiply-adds worth th
 // q R kc + kk R + r; rows past the end are zeros.  Used for A (R = mr) and,
 // with B transposed, for B (R = nr).
 template <class T>
-void pack_panel(const T* x, int64_t rows, int64_t kc, int64_t rs, int64_t cs, int R, int64_t q, T* dst) {
+void pack_panel(const cpu::GemmKernels<T>& ker, const T* x, int64_t rows, int64_t kc, int64_t rs, int64_t cs, int R,
+                int64_t q, T* dst) {
   T* d = dst + q * R * kc;
   const int64_t r0 = q * R, live = std::min<int64_t>(R, rows - r0);
-  if (cs == 1) {
-    // Rows contiguous: a transposition, in strips of 16 along k so that the
-    // strip being written (16 x R elements) stays in L1.
-    constexpr int64_t kStrip = 16;
-    for (int64_t k0 = 0; k0 < kc; k0 += kStrip) {
-      const int64_t k1 = std::min(kc, k0 + kStrip);
-      for (int64_t r = 0; r < live; ++r)
-        for (int64_t kk = k0; kk < k1; ++kk) d[kk * R + r] = x[(r0 + r) * rs + kk];
-    }
-  } else {
-    for (int64_t kk = 0; kk < kc; ++kk)
-      for (int64_t r = 0; r < live; ++r) d[kk * R + r] = x[(r0 + r) * rs + kk * cs];
+  if (cs == 1) return ker.pack_rows(x + r0 * rs, live, kc, rs, R, d);  // a transposition
+  // Columns contiguous (training's other layouts): runs of `live` copied.
+  if (rs == 1) return ker.pack_cols(x + r0, live, kc, cs, R, d);
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    T* dk = d + kk * R;
+    const T* xk = x + r0 * rs + kk * cs;
+    for (int64_t r = 0; r < live; ++r) dk[r] = xk[r * rs];
+    for (int64_t r = live; r < R; ++r) dk[r] = T(0);
   }
-  if (live < R)
-    for (int64_t kk = 0; kk < kc; ++kk)
-      for (int64_t r = live; r < R; ++r) d[kk * R + r] = T(0);
 }
 
 // C (m, n), row stride ldc, = A B (+ bias) (relu) for a block small enough that
@@ -98,9 +92,9 @@ void packed_block(const cpu::GemmKernels<T>& ker, const T* a, int64_t m, int64_t
     const T* bias_now = last ? bias : nullptr;
     const bool relu_now = last && relu;
     auto pack = [&](int64_t q) {
-      if (q < mp) pack_panel<T>(a + p0 * acs, m, kc, ars, acs, MR, q, ap);
+      if (q < mp) pack_panel<T>(ker, a + p0 * acs, m, kc, ars, acs, MR, q, ap);
       // B's columns are the rows of B^T: (n, kc) with strides (bcs, brs).
-      else pack_panel<T>(b + p0 * brs, n, kc, bcs, brs, NR, q - mp, bp);
+      else pack_panel<T>(ker, b + p0 * brs, n, kc, bcs, brs, NR, q - mp, bp);
     };
     auto compute = [&](int64_t item) {
       const int64_t i0 = (item % items_r) * tr, j0 = (item / items_r) * tc;
