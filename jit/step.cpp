@@ -5,6 +5,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include <volt/jit/collectives.h>
 #include <volt/jit/fusion.h>
 #include <volt/jit/memory_plan.h>
 #include <volt/jit/passes.h>
@@ -135,6 +136,7 @@ std::shared_ptr<CompiledStep::Entry> CompiledStep::compile(const std::vector<Ten
   compile_fusions(fused);
   fused.millis += ms_since(c0);
   e->traces.push_back(std::move(fused));
+  e->traces.push_back(place_collectives_pass(e->traces.back()));
   e->traces.push_back(del_last_used_pass(e->traces.back()));
   prepare(e->traces.back());
   bool plannable = options_.memory_plan;
