@@ -19,6 +19,11 @@ if [ "${VOLT_NEED_NPM:-0}" = 1 ]; then command -v npm >/dev/null || need+=(npm);
 # VOLT_NEED_BROWSER=1) opens the report in headless Chromium.
 command -v dot >/dev/null || need+=(graphviz)
 if [ "${VOLT_NEED_BROWSER:-0}" = 1 ]; then command -v chromium >/dev/null || need+=(chromium); fi
+# Open MPI: volt::dist and data-parallel training (optional in CMake: VOLT_MPI).
+if [ "${VOLT_MPI:-1}" != 0 ]; then
+  command -v mpicc >/dev/null || need+=(libopenmpi-dev)
+  command -v mpirun >/dev/null || need+=(openmpi-bin)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "volt: installing ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

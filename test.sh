@@ -8,6 +8,11 @@ VOLT_NEED_BROWSER=1 ./setup.sh
 # (add_subdirectory); and every C++ block of README.md compiled.
 tests/package/check.sh build
 tests/package/readme_snippets.sh build
+# volt::dist and data-parallel training on 2 MPI ranks (an MPI build only).
+if [ -x build/tests/volt_mpi_tests ]; then
+  echo "volt: the MPI tests (mpirun -np 2)"
+  tests/mpi/run.sh build
+fi
 if [ -x build/bench/volt_bench ]; then
   echo "volt: benchmark smoke run"
   ./build/bench/volt_bench --steps 2 --smoke >/dev/null

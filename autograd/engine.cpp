@@ -1,8 +1,10 @@
 // Recording eager prims (the grad hook) and running backward over the tape.
 #include <algorithm>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
+#include <volt/autograd/hooks.h>
 #include <volt/autograd/node.h>
 #include <volt/autograd/vjp.h>
 #include <volt/tensor/ops.h>
@@ -118,7 +120,61 @@ void accumulate(const std::shared_ptr<TensorImpl>& leaf, Tensor grad) {
   }
 }
 
+std::mutex g_hooks_mutex;
+std::vector<std::pair<int64_t, BackwardHooks>> g_hooks;
+int64_t g_next_hook = 0;
+
+std::vector<BackwardHooks> current_hooks() {
+  std::lock_guard<std::mutex> lock(g_hooks_mutex);
+  std::vector<BackwardHooks> out;
+  for (auto& [h, hooks] : g_hooks) out.push_back(hooks);
+  return out;
+}
+
+// Counts, per leaf, the edges still to deliver a gradient; calls grad_ready
+// when a leaf's count reaches zero.
+class LeafTracker {
+ public:
+  LeafTracker(std::vector<BackwardHooks> hooks, const std::vector<std::shared_ptr<Node>>& order)
+      : hooks_(std::move(hooks)) {
+    if (hooks_.empty()) return;
+    for (const auto& node : order)
+      for (const Edge& e : node->next)
+        if (e.leaf) ++remaining_[e.leaf.get()];
+  }
+  bool active() const { return !hooks_.empty(); }
+  // All edges of `node` have delivered (or will never deliver) their gradient.
+  void done(const Node& node) {
+    if (!active()) return;
+    for (const Edge& e : node.next)
+      if (e.leaf && --remaining_[e.leaf.get()] == 0) ready(e.leaf);
+  }
+  void ready(const std::shared_ptr<TensorImpl>& leaf) {
+    for (const BackwardHooks& h : hooks_)
+      if (h.grad_ready) h.grad_ready(leaf);
+  }
+  void finished() {
+    for (const BackwardHooks& h : hooks_)
+      if (h.finished) h.finished();
+  }
+
+ private:
+  std::vector<BackwardHooks> hooks_;
+  std::unordered_map<const TensorImpl*, int64_t> remaining_;
+};
+
 }  // namespace
+
+int64_t add_backward_hooks(BackwardHooks hooks) {
+  std::lock_guard<std::mutex> lock(g_hooks_mutex);
+  g_hooks.emplace_back(g_next_hook, std::move(hooks));
+  return g_next_hook++;
+}
+
+void remove_backward_hooks(int64_t handle) {
+  std::lock_guard<std::mutex> lock(g_hooks_mutex);
+  std::erase_if(g_hooks, [&](const auto& h) { return h.first == handle; });
+}
 
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   NoGradGuard no_grad;
@@ -143,6 +199,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     }
     std::reverse(order.begin(), order.end());
   }
+  LeafTracker tracker(current_hooks(), order);
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
     Tensor g = grads[i];
@@ -158,11 +215,15 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
       p = p.defined() ? add(p, g) : g;
     } else {
       accumulate(r.impl_ptr(), std::move(g));
+      if (tracker.active()) tracker.ready(r.impl_ptr());
     }
   }
   for (const auto& node : order) {
     auto it = pending.find(node.get());
-    if (it == pending.end()) continue;
+    if (it == pending.end()) {
+      tracker.done(*node);
+      continue;
+    }
     Tensor g = it->second;
     pending.erase(it);
     std::vector<Tensor> in_grads = node->apply(g);
@@ -177,7 +238,9 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
       }
     }
     if (!retain_graph) node->release();
+    tracker.done(*node);
   }
+  if (tracker.active()) tracker.finished();
 }
 
 }  // namespace volt::autograd

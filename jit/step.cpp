@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include <volt/jit/del_last_used.h>
+#include <volt/jit/collectives.h>
 #include <volt/jit/fusion.h>
 #include <volt/jit/memory_plan.h>
 #include <volt/jit/passes.h>
@@ -137,6 +138,7 @@ std::shared_ptr<CompiledStep::Entry> CompiledStep::compile(const std::vector<Ten
   compile_fusions(fused);
   fused.millis += ms_since(c0);
   e->traces.push_back(std::move(fused));
+  e->traces.push_back(place_collectives_pass(e->traces.back()));
   e->traces.push_back(del_last_used_pass(e->traces.back()));
   prepare(e->traces.back());
   bool plannable = options_.memory_plan;

@@ -26,6 +26,10 @@ struct CustomOpDef {
   MetaFn meta;
   Fn kernel;
   VjpFn vjp;
+  // A collective (an all-reduce across processes): every process must run it
+  // in the same order; the jit runs it right after its last input is made
+  // (jit/collectives.h) and never moves it into a fused region.
+  bool collective = false;
 };
 
 // Registers an op and returns its id (the value of Attrs::custom).
