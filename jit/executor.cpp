@@ -127,7 +127,7 @@ std::vector<Tensor> Executor::execute(const BoundSymbol& b, const std::vector<Te
   return r;
 }
 
-const CustomOpDef::VjpFn* Executor::grad_transform_for(const OpCall&) const { return nullptr; }
+const Executor::GradTransform* Executor::grad_transform_for(const OpCall&) const { return nullptr; }
 
 bool OperatorExecutor::takes(const BoundSymbol& b) const {
   if (owns(b.call)) return true;

@@ -57,8 +57,10 @@ class Executor {
   // arguments in order (a fusion's inputs), `rng` the program's Philox state.
   virtual std::vector<Tensor> execute(const BoundSymbol& b, const std::vector<Tensor>& args,
                                       const PhiloxState& rng) const;
-  // The grad transform it supplies for this call, if any (see OperatorExecutor).
-  virtual const CustomOpDef::VjpFn* grad_transform_for(const OpCall& c) const;
+  // The grad transform it supplies for this call, if any (see OperatorExecutor):
+  // it restates the op and exchanges gradients through get_grad and put_grads.
+  using GradTransform = std::function<std::vector<Tensor>(const std::vector<Value>&)>;
+  virtual const GradTransform* grad_transform_for(const OpCall& c) const;
   // Its fusion side, if it groups what it takes into fusion regions.
   virtual const FusionExecutor* fusion() const { return nullptr; }
 
@@ -99,9 +101,6 @@ class OperatorExecutor : public Executor {
   using Fn = CustomOpDef::Fn;             // arguments -> outputs
   using MetaFn = CustomOpDef::MetaFn;     // arguments -> output metadata
   using Checker = std::function<bool(const std::vector<Value>&)>;
-  // Restates the op and returns its outputs, exchanging gradients through
-  // get_grad and put_grads (jit/grad_transform.h).
-  using GradTransform = std::function<std::vector<Tensor>(const std::vector<Value>&)>;
 
   // Exactly one of `like` and `meta`.  `like` writes the op with volt ops: it
   // gives the op its metadata, its printed decomposition and its gradient.
