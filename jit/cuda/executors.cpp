@@ -7,6 +7,7 @@
 
 #include <volt/jit/fusion.h>
 #include <volt/tensor/cuda/backend.h>
+#include <volt/tensor/cuda/graph.h>
 #include <volt/tensor/cuda/nvrtc.h>
 #include <volt/tensor/cuda/runtime.h>
 #include <volt/tensor/identifiers.h>
@@ -83,7 +84,8 @@ class NvrtcExecutor final : public FusionExecutor {
     if (!vc::is_available()) return false;
     for (BoundSymbol& b : t.bsyms) {
       if (b.executor != this || !b.kernel) continue;
-      if (b.fusion_inputs.size() + b.outputs.size() > static_cast<size_t>(vc::kMaxKernelArgs)) continue;
+      // The table's last slot is the Philox word (tensor/cuda/graph.h).
+      if (b.fusion_inputs.size() + b.outputs.size() >= static_cast<size_t>(vc::kMaxKernelArgs)) continue;
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = compiled_.find(b.kernel.get());
       if (it == compiled_.end() || it->second.kernel) continue;
@@ -128,6 +130,7 @@ class NvrtcExecutor final : public FusionExecutor {
       outs.push_back(Tensor::empty(o.sizes(), o.dtype(), o.device()));
       table.p[k++] = outs.back().raw_data();
     }
+    table.p[vc::kMaxKernelArgs - 1] = vc::rng_state_word();
     long long n = static_cast<long long>(f.subsymbols.front().outputs.front().numel());
     unsigned long long seed = rng.seed, offset = rng.offset + base;
     void* params[] = {&n, &table, &seed, &offset};

@@ -27,7 +27,8 @@ const std::string& prelude();
 
 // The most pointers a generated kernel takes in its argument table.
 constexpr int kMaxKernelArgs = 64;
-// VOLT_KERNEL's argument table, passed by value (kernel parameters live in
+// VOLT_KERNEL's argument table (its last slot is the Philox word of
+// graph.h's rng_state_word, or null), passed by value (kernel parameters live in
 // constant memory, so no device allocation is needed per launch).
 struct KernelArgs {
   void* p[kMaxKernelArgs];
