@@ -112,7 +112,13 @@ struct volt_args {
   __device__ void* operator[](int i) const { return p[i]; }
 };
 #define VOLT_KERNEL(name) extern "C" __global__ void name(long long n, volt_args args, \
-    unsigned long long rng_seed, unsigned long long rng_offset)
+    unsigned long long volt_rng_seed, unsigned long long volt_rng_offset)
+// The table's last slot, when set, points at the Philox seed and offset in
+// device memory (a captured CUDA graph: tensor/cuda/graph.h); the offset
+// argument is then relative to the one stored there.
+#define volt_rng_word ((const unsigned long long*)args.p[VOLT_MAX_ARGS - 1])
+#define rng_seed (volt_rng_word ? volt_rng_word[0] : volt_rng_seed)
+#define rng_offset ((volt_rng_word ? volt_rng_word[1] : 0ull) + volt_rng_offset)
 #define VOLT_LOOP(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
        i += (long long)blockDim.x * gridDim.x)

@@ -1,5 +1,6 @@
 #include <volt/jit/step.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
@@ -7,12 +8,16 @@
 
 #include <volt/jit/del_last_used.h>
 #include <volt/jit/collectives.h>
+#include <volt/jit/check.h>
 #include <volt/jit/fusion.h>
 #include <volt/jit/memory_plan.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/report.h>
 #include <volt/jit/step_trace.h>
 #include <volt/jit/tracer.h>
+#ifdef VOLT_WITH_CUDA
+#include <volt/jit/cuda/step_graph.h>
+#endif
 
 namespace volt::jit {
 
@@ -35,6 +40,11 @@ struct CompiledStep::Entry {
   double compile_ms = 0;
   std::unique_ptr<MemoryPlan> plan;
   std::vector<Tensor> constants;  // passed after the arguments
+  int64_t runs = 0;
+  bool graphed = false;  // the last run replayed `graph`
+#ifdef VOLT_WITH_CUDA
+  std::unique_ptr<cuda::StepGraph> graph;
+#endif
 };
 
 CompiledStep::CompiledStep(Fn fn, StepOptions options) : fn_(std::move(fn)), options_(std::move(options)) {
@@ -149,7 +159,10 @@ std::shared_ptr<CompiledStep::Entry> CompiledStep::compile(const std::vector<Ten
     e->plan = std::make_unique<MemoryPlan>(e->traces.back(), state_.size(), e->num_outputs, e->updated_state);
     e->traces.back().millis += ms_since(p0);
   }
-  for (const Trace& t : e->traces) e->compile_ms += t.millis;
+  for (const Trace& t : e->traces) {
+    e->compile_ms += t.millis;
+    check_trace(t);  // every pass leaves a valid program (jit/check.h)
+  }
   return e;
 }
 
@@ -181,15 +194,40 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
   last_key_ = std::move(key);
 
   const size_t first_scalar = state_.size() - refill_.size();
+  refilled_.resize(refill_.size(), std::nan(""));
   for (size_t i = 0; i < refill_.size(); ++i) {
     Tensor& t = state_[first_scalar + i];
     const double value = refill_[i]();
+    // Only a new value is written (on a GPU, a write is a launch).
+    if (value == refilled_[i] && !t.device().is_cpu()) continue;
+    refilled_[i] = value;
     // Written in place (fill_ would make a tensor of the value first).
     if (t.device().is_cpu() && t.dtype() == DType::f64 && t.is_contiguous()) *t.data_ptr<double>() = value;
     else if (t.device().is_cpu() && t.dtype() == DType::f32 && t.is_contiguous()) *t.data_ptr<float>() = static_cast<float>(value);
     else t.fill_(value);
   }
-  const Entry& e = *found;
+  Entry& e = *found;
+  e.graphed = false;
+#ifdef VOLT_WITH_CUDA
+  // A GPU step runs once as it is (kernels compile, the allocator fills its
+  // cache), then is captured, then replayed.
+  if (!e.plan && options_.cuda_graph && (e.graph || cuda::StepGraph::applies(state_, args))) {
+    if (!e.graph && e.runs > 0)
+      e.graph = std::make_unique<cuda::StepGraph>(e.traces.back(), state_, args, e.constants, e.num_outputs,
+                                                  e.updated_state);
+    if (e.graph) {
+      ++e.runs;
+      e.graphed = true;
+      std::vector<Tensor> outs = e.graph->run(args);
+      for (size_t k = 0; k < e.grad_of.size(); ++k) state_[e.grad_of[k]].set_grad(outs[e.num_outputs + k].clone());
+      outs.resize(e.num_outputs);
+      if (!options_.reuse_outputs)
+        for (Tensor& o : outs) o = o.clone();
+      return outs;
+    }
+  }
+#endif
+  ++e.runs;
   std::vector<Tensor> inputs = state_;
   inputs.insert(inputs.end(), args.begin(), args.end());
   inputs.insert(inputs.end(), e.constants.begin(), e.constants.end());
@@ -217,6 +255,19 @@ const std::vector<Trace>& CompiledStep::last_traces() const {
 
 double CompiledStep::last_compile_ms() const { return last_ ? last_->compile_ms : 0; }
 size_t CompiledStep::arena_bytes() const { return last_ && last_->plan ? last_->plan->arena_bytes() : 0; }
+bool CompiledStep::ran_as_graph() const { return last_ && last_->graphed; }
+size_t CompiledStep::graph_kernel_nodes() const {
+#ifdef VOLT_WITH_CUDA
+  if (last_ && last_->graphed) return last_->graph->kernel_nodes();
+#endif
+  return 0;
+}
+size_t CompiledStep::graph_memcpy_nodes() const {
+#ifdef VOLT_WITH_CUDA
+  if (last_ && last_->graphed) return last_->graph->memcpy_nodes();
+#endif
+  return 0;
+}
 
 std::string CompiledStep::last_trace_str() const {
   if (!last_) return {};

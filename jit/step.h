@@ -17,9 +17,11 @@
 // Run-time scalars (the learning rate) are refilled before every call, so
 // changing them does not recompile; a new input shape does, with its reason.
 //
-// The program runs by a memory plan (jit/memory_plan.h): one arena per
-// compiled step, every intermediate placed by liveness, state updated where it
-// lives, no allocation per call after the first.
+// On the CPU the program runs by a memory plan (jit/memory_plan.h): one arena
+// per compiled step, every intermediate placed by liveness, state updated where
+// it lives, no allocation per call after the first.  On a GPU the second call
+// of a shape captures the program into a CUDA graph (jit/cuda/step_graph.h)
+// that every later call replays with one launch.
 #pragma once
 #include <functional>
 #include <memory>
@@ -71,6 +73,8 @@ struct StepOptions {
   bool reuse_outputs = false;
   // Run the program through its memory plan (else prim by prim, allocating).
   bool memory_plan = true;
+  // On a GPU, replay the step as a CUDA graph from its second call on.
+  bool cuda_graph = true;
   JitOptions jit{};
 };
 
@@ -99,6 +103,11 @@ class CompiledStep {
   double last_compile_ms() const;
   // Bytes of the last program's arena (0 without a memory plan).
   size_t arena_bytes() const;
+  // The last call's CUDA graph, when it ran as one: its kernel and copy
+  // nodes (both 0 otherwise).
+  bool ran_as_graph() const;
+  size_t graph_kernel_nodes() const;
+  size_t graph_memcpy_nodes() const;
 
   struct Entry;
 
@@ -111,6 +120,7 @@ class CompiledStep {
   std::vector<Tensor> state_;                 // deduplicated, scalars last
   std::vector<std::string> state_names_;
   std::vector<std::function<double()>> refill_;  // for the last refill_.size() of state_
+  std::vector<double> refilled_;                 // the value each holds now (NaN: unknown)
   std::vector<Executor*> executors_;
   std::vector<std::pair<std::string, std::shared_ptr<Entry>>> cache_;
   std::shared_ptr<Entry> last_;

@@ -1,5 +1,6 @@
 // Adadelta (nn/optim.h): PyTorch's rule, one pass over each parameter's memory
 // on the CPU, in-place tensor ops elsewhere (the lazy device, CUDA).
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -44,8 +45,55 @@ void Adadelta::set_lr(double lr) {
   options_.lr = lr;
 }
 
+std::vector<Tensor> Adadelta::state_tensors() {
+  std::vector<Tensor> r;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    State& st = state_[i];
+    for (Tensor* t : {&st.square_avg, &st.acc_delta}) {
+      if (t->defined() && t->device() != p.device()) *t = t->to(p.device());
+      // Zeros are the first step's state: the rule needs no first-step case.
+      if (!t->defined()) *t = Tensor::zeros(p.sizes(), p.dtype(), p.device());
+      r.push_back(*t);
+    }
+  }
+  return r;
+}
+
+std::vector<Optimizer::RunTimeScalar> Adadelta::run_time_scalars() { return learning_rate_scalar(lr_); }
+
+// The rule of step() as volt ops, in the kernel's order of operations, read
+// by a tracer (volt::jit::compile_step); the learning rate is lr_.
+void Adadelta::traced_step() {
+  const auto& o = options_;
+  std::vector<std::pair<DType, Tensor>> neg_lr;  // rounded once per dtype
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    Tensor g = p.grad();
+    VOLT_CHECK(g.sizes() == p.sizes(), "Adadelta",
+               "grad has shape " << shape_str(g.sizes()) << ", parameter " << shape_str(p.sizes()));
+    if (g.dtype() != p.dtype()) g = g.to(p.dtype());
+    auto c = std::find_if(neg_lr.begin(), neg_lr.end(), [&](const auto& k) { return k.first == p.dtype(); });
+    if (c == neg_lr.end()) c = neg_lr.insert(neg_lr.end(), {p.dtype(), (-lr_).to(p.dtype())});
+    State& st = state_[i];
+    if (o.weight_decay != 0) g = g + o.weight_decay * p;
+    st.square_avg.copy_(st.square_avg * o.rho + ((1.0 - o.rho) * g) * g);
+    Tensor delta = volt::sqrt(st.acc_delta + o.eps) / volt::sqrt(st.square_avg + o.eps) * g;
+    st.acc_delta.copy_(st.acc_delta * o.rho + ((1.0 - o.rho) * delta) * delta);
+    p.copy_(p + c->second * delta);
+  }
+}
+
 void Adadelta::step() {
   NoGradGuard no_grad;
+  if (current_mode() != nullptr && !params_.empty() && params_[0].is_proxy() && !params_[0].device().is_lazy()) {
+    VOLT_CHECK(lr_.defined() && (state_.empty() || state_[0].square_avg.defined()), "Adadelta",
+               "step() is being traced without its run-time state; pass the optimizer to "
+               "volt::jit::compile_step as state");
+    traced_step();
+    return;
+  }
   const auto& o = options_;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];

@@ -156,11 +156,15 @@ class Adadelta : public Optimizer {
   void set_lr(double lr) override;
   const Tensor& square_avg(size_t i) const { return state_.at(i).square_avg; }
   const Tensor& acc_delta(size_t i) const { return state_.at(i).acc_delta; }
+  std::vector<Tensor> state_tensors() override;
+  std::vector<RunTimeScalar> run_time_scalars() override;
 
  private:
   struct State {
     Tensor square_avg, acc_delta;  // same shape as the parameter; undefined until its first step
   };
+  void traced_step();
+  Tensor lr_;  // 0-d f64, for a traced step (run_time_scalars)
   std::vector<std::pair<std::string, Tensor*>> state_slots(size_t i) override;
   AdadeltaOptions options_;
   std::vector<State> state_;

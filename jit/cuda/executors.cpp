@@ -5,6 +5,7 @@
 
 #include <volt/jit/codegen.h>
 #include <volt/tensor/cuda/backend.h>
+#include <volt/tensor/cuda/graph.h>
 #include <volt/tensor/cuda/nvrtc.h>
 #include <volt/tensor/cuda/runtime.h>
 
@@ -39,7 +40,9 @@ class NvrtcExecutor final : public FusionExecutor {
     std::lock_guard<std::mutex> lock(mutex_);
     for (BoundSymbol& b : t.bsyms) {
       if (b.executor != this || !b.kernel || b.kernel->device_fn) continue;
-      if (b.kernel->args > kMaxKernelArgs) continue;  // too many pointers: runs prim by prim
+      // Too many pointers: runs prim by prim. The table's last slot is the
+      // Philox word (tensor/cuda/graph.h).
+      if (b.kernel->args >= kMaxKernelArgs) continue;
       const int dev = b.outputs.front().device().index;
       auto [it, fresh] = by_key_.try_emplace(b.kernel->key + "@" + std::to_string(dev), nullptr);
       if (fresh) {
@@ -77,6 +80,7 @@ class NvrtcExecutor final : public FusionExecutor {
       outs.push_back(Tensor::empty(o.sizes(), o.dtype(), o.device()));
       table.p[k++] = outs.back().raw_data();
     }
+    table.p[vc::kMaxKernelArgs - 1] = vc::rng_state_word();
     long long n = static_cast<long long>(f.subsymbols.front().outputs.front().numel());
     unsigned long long seed = rng.seed, offset = rng.offset + f.kernel->rng_base;
     void* params[] = {&n, &table, &seed, &offset};

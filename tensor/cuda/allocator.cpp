@@ -17,6 +17,11 @@ struct DevicePool {
   std::multimap<size_t, void*> free_blocks;    // size class -> cached blocks
   std::unordered_map<void*, size_t> live;      // block -> its size class
   MemoryStats stats;
+  // Private pools (begin_private_pool): the active one, each one's free
+  // blocks, and which pool every private block belongs to.
+  int64_t active = 0, next_pool = 1;
+  std::unordered_map<int64_t, std::multimap<size_t, void*>> private_free;
+  std::unordered_map<void*, int64_t> owner;
 };
 
 std::mutex g_mutex;
@@ -73,9 +78,15 @@ void* device_allocate(size_t nbytes, int device) {
   DevicePool& p = pool(device);
   const size_t size = size_class(nbytes);
   void* ptr = nullptr;
+  std::multimap<size_t, void*>* mine = p.active ? &p.private_free[p.active] : nullptr;
   // Reuse a cached block of exactly this class (classes are coarse enough
-  // that the training loop's shapes map onto a handful of them).
-  if (auto it = p.free_blocks.find(size); it != p.free_blocks.end()) {
+  // that the training loop's shapes map onto a handful of them): the active
+  // private pool's first, then the shared cache's.
+  auto own = mine ? mine->find(size) : std::multimap<size_t, void*>::iterator{};
+  if (mine && own != mine->end()) {
+    ptr = own->second;
+    mine->erase(own);
+  } else if (auto it = p.free_blocks.find(size); it != p.free_blocks.end()) {
     ptr = it->second;
     p.free_blocks.erase(it);
   } else {
@@ -98,6 +109,7 @@ void* device_allocate(size_t nbytes, int device) {
     p.stats.reserved += size;
   }
   p.live[ptr] = size;
+  if (p.active) p.owner[ptr] = p.active;
   p.stats.allocated += size;
   p.stats.peak = std::max(p.stats.peak, p.stats.allocated);
   return ptr;
@@ -111,8 +123,35 @@ void device_free(void* ptr, int device) {
   p.stats.allocated -= it->second;
   // Work already queued on the device's one stream that reads this block runs
   // before anything queued later by its next owner, so it can be reused now.
-  p.free_blocks.emplace(it->second, ptr);
+  if (auto o = p.owner.find(ptr); o != p.owner.end()) p.private_free[o->second].emplace(it->second, ptr);
+  else p.free_blocks.emplace(it->second, ptr);
   p.live.erase(it);
+}
+
+int64_t begin_private_pool(int device) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  DevicePool& p = pool(device);
+  VOLT_CHECK(p.active == 0, "cuda allocator", "a private pool is already active on cuda:" << device);
+  p.active = p.next_pool++;
+  p.private_free[p.active];
+  return p.active;
+}
+
+void end_private_pool(int device) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  pool(device).active = 0;
+}
+
+void release_private_pool(int device, int64_t id) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  DevicePool& p = pool(device);
+  if (p.active == id) p.active = 0;
+  auto f = p.private_free.find(id);
+  if (f == p.private_free.end()) return;
+  for (auto& [size, ptr] : f->second) p.free_blocks.emplace(size, ptr);
+  p.private_free.erase(f);
+  for (auto it = p.owner.begin(); it != p.owner.end();)
+    it = it->second == id ? p.owner.erase(it) : std::next(it);
 }
 
 MemoryStats memory_stats(int device) {

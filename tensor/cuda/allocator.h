@@ -32,6 +32,15 @@ void reset_peak(int device = 0);
 // Frees every cached (unused) block of every device.
 void empty_cache();
 
+// A private pool, for the time a CUDA graph is captured (tensor/cuda/graph.h):
+// while one is active on a device, every block handed out there belongs to it
+// and, freed, returns to it (never to the shared cache), so memory a graph
+// replays into is never given to anyone else.  End it when capture ends;
+// release it when the graph is gone (its blocks go back to the shared cache).
+int64_t begin_private_pool(int device);
+void end_private_pool(int device);
+void release_private_pool(int device, int64_t pool);
+
 // The size a request is rounded up to: 512-byte steps below 1 MiB, then
 // powers of two with three steps in between (2 MiB, 2.5, 3, 3.5, 4, ...).
 size_t size_class(size_t nbytes);

@@ -29,7 +29,8 @@ const std::string& prelude();
 constexpr int kMaxKernelArgs = 64;
 // A fused kernel's argument table (volt_args in the jit's CUDA prelude,
 // jit/codegen.cpp), passed by value: kernel parameters live in constant
-// memory, so no device allocation is needed per launch.
+// memory, so no device allocation is needed per launch. Its last slot is the
+// Philox word of graph.h's rng_state_word, or null.
 struct KernelArgs {
   void* p[kMaxKernelArgs];
 };

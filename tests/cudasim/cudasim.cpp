@@ -24,8 +24,18 @@
 //   * New allocations are filled with 0xff bytes (NaN for floats), so a kernel
 //     that reads memory nobody wrote shows it.
 //
+//   * Stream capture and CUDA graphs: between cudaStreamBeginCapture and
+//     cudaStreamEndCapture a stream's work is recorded, not queued; a graph,
+//     instantiated, replays the recorded nodes in order on each cudaGraphLaunch.
+//     What a GPU refuses while capturing is refused (host synchronisation,
+//     copies from pageable host memory, cudaMalloc in global mode) and ends the
+//     capture as invalidated.
+//   * Counters (volt_cudasim_counters): host synchronisations, cudaMalloc
+//     calls, kernel launches, graph launches and the kernels they ran, copies.
+//
 // Not simulated: warp-level intrinsics and atomics (volt's kernels use
-// neither), dynamic shared memory, several streams per device.
+// neither), dynamic shared memory, several streams per device, graphs with
+// branches (nodes run in capture order).
 //
 // Environment: VOLT_CUDASIM_DEVICES (default 1), VOLT_CUDASIM_MEMORY_MB (the
 // device's memory, default 4096), VOLT_CXX (the compiler; default the one
@@ -221,14 +231,40 @@ void install_fault_handler() {
 // ------------------------------------------------------------- streams
 struct Work {
   std::string what;
-  std::function<void()> run;
+  std::function<void()> run;  // may run more than once (a graph node)
+  cudaGraphNodeType type = cudaGraphNodeTypeKernel;
 };
 
+// What the simulator has been asked, since the process started.
+struct Counters {
+  long long host_syncs = 0;        // the host waited for device work
+  long long mallocs = 0;           // cudaMalloc calls
+  long long kernel_launches = 0;   // cudaLaunchKernel and cuBLAS calls queued directly
+  long long graph_launches = 0;    // cudaGraphLaunch calls
+  long long graph_kernels = 0;     // kernel nodes those launches ran
+  long long copies = 0;            // cudaMemcpy*Async calls queued directly
+} g_counters;
+
 }  // namespace
+
+struct CUgraphNode_st {
+  Work work;
+};
+
+struct CUgraph_st {
+  std::vector<std::unique_ptr<CUgraphNode_st>> nodes;
+};
+
+struct CUgraphExec_st {
+  std::shared_ptr<const std::vector<Work>> nodes;
+};
 
 struct CUstream_st {
   int device = 0;
   std::vector<Work> queue;
+  CUgraph_st* capture = nullptr;  // recording into this graph
+  bool capture_invalid = false;   // a refused call happened while recording
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
 };
 
 namespace {
@@ -269,10 +305,35 @@ void run_all() {
 
 // VOLT_CUDASIM_TRACE=1 prints every piece of work as it is queued: what a
 // program asks of the GPU, launch by launch.
-void enqueue(cudaStream_t s, std::string what, std::function<void()> run) {
+void enqueue(cudaStream_t s, std::string what, std::function<void()> run,
+             cudaGraphNodeType type = cudaGraphNodeTypeKernel) {
   static const bool trace = env_int("VOLT_CUDASIM_TRACE", 0) != 0;
-  if (trace) std::fprintf(stderr, "cudasim: %s\n", what.c_str());
-  resolve(s)->queue.push_back({std::move(what), std::move(run)});
+  CUstream_st* st = resolve(s);
+  if (trace) std::fprintf(stderr, "cudasim: %s%s\n", st->capture ? "(captured) " : "", what.c_str());
+  if (st->capture) {
+    st->capture->nodes.push_back(std::make_unique<CUgraphNode_st>(CUgraphNode_st{{std::move(what), std::move(run), type}}));
+    return;
+  }
+  if (type == cudaGraphNodeTypeKernel) ++g_counters.kernel_launches;
+  if (type == cudaGraphNodeTypeMemcpy) ++g_counters.copies;
+  st->queue.push_back({std::move(what), std::move(run), type});
+}
+
+// The stream that records now, if any (one at a time).
+CUstream_st* capturing_stream() {
+  for (auto& s : streams())
+    if (s->capture) return s.get();
+  return nullptr;
+}
+
+// A call the GPU refuses while `s` (or, for a null s, any stream) records:
+// the capture is invalidated, as CUDA does.
+bool refused_in_capture(CUstream_st* s) {
+  CUstream_st* c = capturing_stream();
+  if (!c || (s && s != c)) return false;
+  c->capture_invalid = true;
+  t_last_error = cudaErrorStreamCaptureUnsupported;
+  return true;
 }
 
 // ------------------------------------------------------------- fibers
@@ -564,6 +625,9 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
     case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
     default: return "cudaErrorUnknown";
   }
 }
@@ -580,6 +644,9 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorInvalidDeviceFunction: return "invalid device function";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalState: return "the resource is not in a valid state to perform the requested operation";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     default: return "unknown error";
   }
 }
@@ -595,6 +662,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (refused_in_capture(resolve(s))) return cudaErrorStreamCaptureUnsupported;
+  ++g_counters.host_syncs;
   run_queue(resolve(s));
   return cudaSuccess;
 }
@@ -602,6 +671,9 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 cudaError_t cudaMalloc(void** ptr, size_t size) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   install_fault_handler();
+  if (CUstream_st* c = capturing_stream(); c && c->mode == cudaStreamCaptureModeGlobal && refused_in_capture(c))
+    return cudaErrorStreamCaptureUnsupported;
+  ++g_counters.mallocs;
   Arena& a = arena();
   const size_t bytes = round_pages(size == 0 ? 1 : size);
   size_t& used = a.used_per_device[static_cast<size_t>(t_device)];
@@ -633,6 +705,8 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
 cudaError_t cudaFree(void* ptr) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   if (!ptr) return cudaSuccess;
+  if (refused_in_capture(nullptr)) return cudaErrorStreamCaptureUnsupported;
+  ++g_counters.host_syncs;
   run_all();  // cudaFree waits for the device
   Arena& a = arena();
   if (!in_arena(ptr)) return fail(cudaErrorInvalidValue);
@@ -677,6 +751,8 @@ cudaError_t cudaHostGetDevicePointer(void** dev, void* host, unsigned int flags)
 cudaError_t cudaFreeHost(void* ptr) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   if (!ptr) return cudaSuccess;
+  if (refused_in_capture(nullptr)) return cudaErrorStreamCaptureUnsupported;
+  ++g_counters.host_syncs;
   run_all();
   if (host_allocations().erase(ptr) == 0) return fail(cudaErrorInvalidValue);
   std::free(ptr);
@@ -690,15 +766,20 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
   switch (kind) {
     case cudaMemcpyHostToDevice: {
       if (!dst_dev || in_arena(src)) return fail(cudaErrorInvalidValue);
+      // A graph would read pageable memory at each replay, not now: refused.
+      if (refused_in_capture(resolve(s))) return cudaErrorStreamCaptureUnsupported;
       // From pageable memory: the data is staged before the call returns.
       auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                         static_cast<const char*>(src) + count);
-      enqueue(s, "cudaMemcpyAsync (host to device)", [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+      enqueue(s, "cudaMemcpyAsync (host to device)", [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); },
+              cudaGraphNodeTypeMemcpy);
       return cudaSuccess;
     }
     case cudaMemcpyDeviceToHost: {
       if (!src_dev || in_arena(dst)) return fail(cudaErrorInvalidValue);
+      if (refused_in_capture(resolve(s))) return cudaErrorStreamCaptureUnsupported;
       // Into pageable memory the copy is complete when the call returns.
+      ++g_counters.host_syncs;
       run_queue(resolve(s));
       DeviceAccess access;
       std::memcpy(dst, src, count);
@@ -706,7 +787,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
     }
     case cudaMemcpyDeviceToDevice:
       if (!src_dev || !dst_dev) return fail(cudaErrorInvalidValue);
-      enqueue(s, "cudaMemcpyAsync (device to device)", [=] { std::memmove(dst, src, count); });
+      enqueue(s, "cudaMemcpyAsync (device to device)", [=] { std::memmove(dst, src, count); },
+              cudaGraphNodeTypeMemcpy);
       return cudaSuccess;
     default: return fail(cudaErrorInvalidValue);
   }
@@ -716,7 +798,9 @@ cudaError_t cudaMemset(void* ptr, int value, size_t count) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   if (count == 0) return cudaSuccess;
   if (!within_allocation(ptr, count)) return fail(cudaErrorInvalidValue);
+  if (refused_in_capture(nullptr)) return cudaErrorStreamCaptureUnsupported;
   // On the default stream, which waits for the device's other streams' work.
+  ++g_counters.host_syncs;
   run_all();
   DeviceAccess access;
   std::memset(ptr, value, count);
@@ -758,13 +842,15 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t s) {
   enqueue(s, "cudaEventRecord", [event] {
     event->at = std::chrono::steady_clock::now();
     event->recorded = true;
-  });
+  }, cudaGraphNodeTypeEventRecord);
   return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   if (!event) return fail(cudaErrorInvalidResourceHandle);
+  if (refused_in_capture(event->stream)) return cudaErrorStreamCaptureUnsupported;
+  ++g_counters.host_syncs;
   if (event->stream) run_queue(event->stream);
   return cudaSuccess;
 }
@@ -775,6 +861,102 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   if (!start->recorded || !end->recorded) return fail(cudaErrorNotReady);
   *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
   return cudaSuccess;
+}
+
+// ------------------------------------------------------------- graphs
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  // The legacy default stream cannot record; nor can two streams at once here.
+  if (!s || capturing_stream()) return fail(cudaErrorStreamCaptureUnsupported);
+  s->capture = new CUgraph_st;
+  s->capture_invalid = false;
+  s->mode = mode;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus* status) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (!status) return fail(cudaErrorInvalidValue);
+  CUstream_st* st = resolve(s);
+  *status = !st->capture ? cudaStreamCaptureStatusNone
+            : st->capture_invalid ? cudaStreamCaptureStatusInvalidated
+                                  : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (!s || !graph) return fail(cudaErrorInvalidValue);
+  if (!s->capture) return fail(cudaErrorIllegalState);
+  std::unique_ptr<CUgraph_st> g(s->capture);
+  s->capture = nullptr;
+  *graph = nullptr;
+  if (s->capture_invalid) return fail(cudaErrorStreamCaptureInvalidated);
+  *graph = g.release();
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (!graph || !count) return fail(cudaErrorInvalidValue);
+  if (nodes)
+    for (size_t i = 0; i < *count && i < graph->nodes.size(); ++i) nodes[i] = graph->nodes[i].get();
+  *count = graph->nodes.size();
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType* type) {
+  if (!node || !type) return fail(cudaErrorInvalidValue);
+  *type = node->work.type;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (!exec || !graph) return fail(cudaErrorInvalidValue);
+  auto nodes = std::make_shared<std::vector<Work>>();
+  for (const auto& n : graph->nodes) nodes->push_back(n->work);
+  *exec = new CUgraphExec_st{std::move(nodes)};
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (!exec) return fail(cudaErrorInvalidResourceHandle);
+  if (resolve(s)->capture) return fail(cudaErrorStreamCaptureUnsupported);  // no child graphs here
+  ++g_counters.graph_launches;
+  std::shared_ptr<const std::vector<Work>> nodes = exec->nodes;
+  for (const Work& w : *nodes) g_counters.graph_kernels += w.type == cudaGraphNodeTypeKernel;
+  resolve(s)->queue.push_back({"graph of " + std::to_string(nodes->size()) + " nodes", [nodes] {
+                                 for (const Work& w : *nodes) {
+                                   g_running_kernel = w.what.c_str();
+                                   w.run();
+                                 }
+                                 g_running_kernel = nullptr;
+                               }, cudaGraphNodeTypeGraph});
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  delete exec;  // queued launches hold the nodes themselves
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  delete graph;
+  return cudaSuccess;
+}
+
+// The counters, in the order of `Counters`: how many of `n` were written.
+SIM_EXPORT int volt_cudasim_counters(long long* out, int n) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  const long long all[] = {g_counters.host_syncs,     g_counters.mallocs,       g_counters.kernel_launches,
+                           g_counters.graph_launches, g_counters.graph_kernels, g_counters.copies};
+  int k = 0;
+  for (; k < n && k < static_cast<int>(sizeof all / sizeof all[0]); ++k) out[k] = all[k];
+  return k;
 }
 
 cudaError_t cudaLibraryLoadData(cudaLibrary_t* library, const void* code, enum cudaJitOption*, void**, unsigned int,
@@ -843,10 +1025,9 @@ cudaError_t cudaLaunchKernel(const void* func, dim3 grid, dim3 block, void** arg
   k->entry(args, &bound, &run, &release);
   const std::string what = "kernel " + k->name + " <<<(" + std::to_string(grid.x) + "," + std::to_string(grid.y) +
                            "," + std::to_string(grid.z) + "), " + std::to_string(threads) + ">>>";
-  enqueue(s, what, [k, grid, block, run, release, bound] {
-    run_grid(*k, grid, block, run, bound);
-    release(bound);
-  });
+  // The bound values live as long as the work (a graph node runs them again).
+  std::shared_ptr<void> values(bound, release);
+  enqueue(s, what, [k, grid, block, run, values] { run_grid(*k, grid, block, run, values.get()); });
   return cudaSuccess;
 }
 

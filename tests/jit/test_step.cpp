@@ -7,6 +7,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include <volt/jit/check.h>
 #include <volt/jit/memory_plan.h>
 #include <volt/jit/step.h>
 #include <volt/nn/functional.h>
@@ -107,6 +108,23 @@ TEST_CASE("compile_step: 50 SGD steps (momentum, weight decay) with dropout equa
                                                   50, data, [](int, nn::SGD&, nn::SGD&) {});
   CHECK(loss_diff < 1e-6);
   CHECK(param_diff < 1e-6);
+}
+
+TEST_CASE("compile_step: 20 Adadelta steps (weight decay) with dropout equal 20 eager steps") {
+  auto data = make_batches(5, 8);
+  std::unique_ptr<jit::CompiledStep> keep;
+  auto [loss_diff, param_diff] = compare<nn::Adadelta>(
+      nn::AdadeltaOptions{.lr = 1.0, .weight_decay = 1e-3}, 20, data,
+      [](int i, nn::Adadelta& a, nn::Adadelta& b) {  // a scheduler: a run-time scalar
+        a.set_lr(i < 10 ? 1.0 : 0.5);
+        b.set_lr(i < 10 ? 1.0 : 0.5);
+      },
+      nullptr, &keep);
+  CHECK(loss_diff < 1e-6);
+  CHECK(param_diff < 1e-6);
+  CHECK(keep->compiles() == 1);
+  // Parameters, their two accumulators, and the learning rate: all state.
+  CHECK(keep->last_traces().back().inputs.size() == 3 * 6 + 1 + 2);
 }
 
 TEST_CASE("compile_step: changing the learning rate mid-run does not recompile") {
@@ -234,9 +252,10 @@ TEST_CASE("compile_step: the step's trace prints in sections and checks out") {
   CHECK(l < b);
   CHECK(b < o);
 
-  // Every trace of the pipeline: each value defined before use, never used
-  // after its del, and every returned value defined.
+  // Every trace of the pipeline passes the trace checker, and by hand: each
+  // value defined before use, never used after its del, every returned value defined.
   for (const jit::Trace& t : step.last_traces()) {
+    CHECK_MESSAGE(jit::trace_problem(t) == "", t.provenance << ": " << jit::trace_problem(t));
     std::unordered_set<int64_t> live, deleted;
     for (const Tensor& in : t.inputs) live.insert(jit::id_of(in));
     for (const jit::BoundSymbol& bs : t.bsyms) {

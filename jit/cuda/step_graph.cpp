@@ -1,0 +1,200 @@
+#include <volt/jit/cuda/step_graph.h>
+
+#include <volt/jit/executor.h>
+#include <volt/jit/tracer.h>
+#include <volt/tensor/cuda/backend.h>
+#include <volt/tensor/cuda/graph.h>
+#include <volt/tensor/cuda/nvrtc.h>
+#include <volt/tensor/cuda/runtime.h>
+#include <volt/tensor/custom_op.h>
+#include <volt/tensor/ops.h>
+#include <volt/tensor/random.h>
+
+namespace volt::jit::cuda {
+
+namespace vc = volt::cuda;
+
+namespace {
+
+// nll_loss's target check reads the targets from the host, which a graph
+// cannot do.  In a graph it becomes this op: a kernel that notes a class
+// index out of range in the device's error word (runtime.h), reported with
+// the same message as the fused cross_entropy kernel's at the first
+// synchronisation after the replay.
+int64_t device_target_check() {
+  static const int64_t id = [] {
+    CustomOpDef def;
+    def.name = "check_target_range_on_device";
+    def.meta = [](const std::vector<Value>& args) {
+      const Tensor& t = args.at(0).tensor;
+      return std::vector<TensorMeta>{{t.sizes(), t.dtype(), t.device()}};
+    };
+    def.kernel = [](const std::vector<Value>& args) {
+      const Tensor& target = args.at(0).tensor;
+      const int dev = target.device().index;
+      const Tensor t = vc::contiguous_on_device(target.dtype() == DType::i64 ? target
+                                                                             : convert_element_type(target, DType::i64));
+      cudaKernel_t k = vc::cached_kernel("volt_target_range_check", dev, [] {
+        return std::string(
+            "extern \"C\" __global__ void volt_target_range_check(const long long* t, long long n, long long c,\n"
+            "                                                     long long* err) {\n"
+            "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+            "       i += (long long)blockDim.x * gridDim.x) {\n"
+            "    const long long k = t[i];\n"
+            "    if (k < 0 || k >= c) { err[1] = k; err[2] = c; err[0] = 1; }\n"
+            "  }\n"
+            "}\n");
+      });
+      const void* tp = t.raw_data();
+      long long n = t.numel(), c = static_cast<long long>(args.at(1).scalar.value);
+      long long* err = vc::error_word(dev);
+      void* params[] = {&tp, &n, &c, &err};
+      if (n > 0) vc::launch(k, dev, n, params);
+      return std::vector<Tensor>{target};
+    };
+    return register_custom_op(std::move(def));
+  }();
+  return id;
+}
+
+void use_device_checks(std::vector<BoundSymbol>& bsyms) {
+  for (BoundSymbol& b : bsyms) {
+    if (b.call.op == OpId::custom && std::string(op_name(b.call)) == "check_target_range")
+      b.call = custom_call(device_target_check(), b.call.args);
+    use_device_checks(b.subsymbols);
+  }
+}
+
+// Factories (arange) compute on the host and copy to the device, which a
+// graph cannot record: they make the same values every step, so they run
+// once, now, and their values become inputs of the program.
+Trace hoist_factories(const Trace& t, std::vector<Tensor>& values) {
+  Trace r = t;
+  r.bsyms.clear();
+  r.program = nullptr;
+  for (const BoundSymbol& b : t.bsyms) {
+    if ((!b.fusion_name.empty() && b.kernel) || dynamic_cast<const OperatorExecutor*>(b.executor)) {
+      r.bsyms.push_back(b);
+      continue;
+    }
+    const size_t first = r.bsyms.size();
+    for (const BoundSymbol& p : flatten_to_prims(b.fusion_name.empty() ? std::vector<BoundSymbol>{b} : b.subsymbols)) {
+      if (p.call.op != OpId::custom && tensor_args(p).empty() && op_info(p.call.op).kind != OpKind::Random) {
+        NoGradGuard no_grad;
+        std::vector<Tensor> made = run_eager(p.call);
+        for (size_t i = 0; i < made.size(); ++i) {
+          r.inputs.push_back(p.outputs.at(i));
+          values.push_back(made[i]);
+        }
+        continue;
+      }
+      r.bsyms.push_back(p);
+    }
+    if (r.bsyms.size() > first) r.bsyms.back().del_after = b.del_after;
+  }
+  return r;
+}
+
+}  // namespace
+
+struct StepGraph::Impl {
+  vc::Graph graph;
+  int device = 0;
+  std::vector<Tensor> static_args;  // the graph reads its arguments here
+  std::vector<Tensor> outputs;      // and writes its outputs here
+  std::vector<Tensor> constants;    // values of factories, made once
+  Tensor rng_word;                  // i64[2]: Philox seed, offset
+  uint64_t rng_total = 0;
+  PhiloxState expected{~0ull, ~0ull};  // what the word holds when the next replay starts
+};
+
+bool StepGraph::applies(const std::vector<Tensor>& state, const std::vector<Tensor>& args) {
+  if (state.empty() || !vc::is_available()) return false;
+  const Device d = state.front().device();
+  if (!d.is_cuda()) return false;
+  for (const Tensor& t : state)
+    if (t.device() != d || !t.is_contiguous()) return false;
+  for (const Tensor& t : args)
+    if (t.device() != d) return false;
+  return true;
+}
+
+StepGraph::StepGraph(const Trace& trace, const std::vector<Tensor>& state, const std::vector<Tensor>& args,
+                     const std::vector<Tensor>& constants, size_t num_outputs,
+                     const std::vector<size_t>& updated_state)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& G = *impl_;
+  G.device = state.front().device().index;
+  G.rng_total = trace.rng_total;
+  // A random prim outside a fused kernel would bake its draw into the graph.
+  for (const BoundSymbol& b : trace.bsyms) {
+    if (b.fusion_name.empty() || !b.kernel)
+      for (const BoundSymbol& p : flatten_to_prims({b}))
+        VOLT_CHECK(op_info(p.call.op).kind != OpKind::Random, "compile_step",
+                   "cannot capture the step in a CUDA graph: " << op_name(p.call)
+                                                               << " runs outside a fused kernel");
+  }
+  std::vector<Tensor> hoisted;
+  Trace program = hoist_factories(trace, hoisted);
+  use_device_checks(program.bsyms);
+  for (const Tensor& a : args) G.static_args.push_back(Tensor::empty(a.sizes(), a.dtype(), a.device()));
+  if (G.rng_total) G.rng_word = Tensor::zeros({2}, DType::i64, state.front().device());
+  std::vector<Tensor> inputs = state;
+  inputs.insert(inputs.end(), G.static_args.begin(), G.static_args.end());
+  inputs.insert(inputs.end(), constants.begin(), constants.end());
+  inputs.insert(inputs.end(), hoisted.begin(), hoisted.end());
+  G.constants = hoisted;
+  G.graph.capture(G.device, [&] {
+    NoGradGuard no_grad;
+    vc::RngWordScope word(G.rng_total ? G.rng_word.raw_data() : nullptr);
+    const PhiloxState relative{0, 0};  // offsets relative to the word's
+    std::vector<Tensor> outs = interpret(program, inputs, &relative);
+    for (size_t k = 0; k < updated_state.size(); ++k) {
+      Tensor s = state[updated_state[k]];
+      s.copy_(outs[num_outputs + k]);
+    }
+    if (G.rng_total) vc::advance_rng_offset(G.rng_word.raw_data(), G.rng_total, G.device);
+    for (size_t k = 0; k < outs.size(); ++k)
+      if (k < num_outputs || k >= num_outputs + updated_state.size()) G.outputs.push_back(outs[k]);
+  });
+}
+
+StepGraph::~StepGraph() = default;
+
+std::vector<Tensor> StepGraph::run(const std::vector<Tensor>& args) {
+  Impl& G = *impl_;
+  VOLT_CHECK(args.size() == G.static_args.size(), "compile_step",
+             "the graph takes " << G.static_args.size() << " arguments, got " << args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Tensor& a = args[i];
+    Tensor& to = G.static_args[i];
+    VOLT_CHECK(a.sizes() == to.sizes() && a.dtype() == to.dtype() && a.device() == to.device(), "compile_step",
+               "argument " << i << " is " << a.meta_str() << ", the graph was captured for " << to.meta_str());
+    if (a.is_same(to)) continue;
+    if (a.is_contiguous())  // one copy node's worth, no kernel
+      VOLT_CUDA_CHECK(cudaMemcpyAsync(to.raw_data(), a.raw_data(), static_cast<size_t>(a.numel()) * dtype_size(a.dtype()),
+                                      cudaMemcpyDeviceToDevice, vc::stream(G.device)));
+    else
+      to.copy_(a);
+  }
+  if (G.rng_total) {
+    // The generator moves on as if the step ran eagerly; the word is written
+    // only when someone else drew or reseeded since the last replay.
+    const PhiloxState r = rng_reserve(G.rng_total);
+    if (r.seed != G.expected.seed || r.offset != G.expected.offset) {
+      static thread_local unsigned long long host[2];
+      host[0] = r.seed;
+      host[1] = r.offset;
+      VOLT_CUDA_CHECK(cudaMemcpyAsync(G.rng_word.raw_data(), host, sizeof host, cudaMemcpyHostToDevice,
+                                      vc::stream(G.device)));
+    }
+    G.expected = {r.seed, r.offset + G.rng_total};
+  }
+  G.graph.launch();
+  return G.outputs;
+}
+
+size_t StepGraph::kernel_nodes() const { return impl_->graph.kernel_nodes(); }
+size_t StepGraph::memcpy_nodes() const { return impl_->graph.memcpy_nodes(); }
+
+}  // namespace volt::jit::cuda

@@ -1,0 +1,49 @@
+// A compiled training step (jit/step.h) on a GPU: captured once into a CUDA
+// graph and replayed by one launch per step.
+//
+// The capture runs the step's final trace once under stream capture, with
+// the state tensors where they live, the arguments in static buffers of the
+// graph's own, and the new state values copied back into the state inside
+// the graph.  Everything else the trace allocates comes from the graph's
+// private pool, so its addresses stay valid replay after replay.  The Philox
+// seed and offset live in a device word that the fused kernels read; a last
+// node of the graph advances the offset by what one step draws, so every
+// replay draws fresh dropout masks, the same ones the CPU step draws at the
+// same point of the generator.  Per replay the host only copies the
+// arguments into their buffers and launches: no allocation, no wait.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include <volt/jit/trace.h>
+
+namespace volt::jit::cuda {
+
+class StepGraph {
+ public:
+  // `state`, `args` and `constants` in the trace's input order; the trace's
+  // outputs: the step's `num_outputs` outputs, the new value of each
+  // `updated_state` entry, then the gradients.  Throws a volt::Error naming
+  // what cannot be captured.
+  StepGraph(const Trace& trace, const std::vector<Tensor>& state, const std::vector<Tensor>& args,
+            const std::vector<Tensor>& constants, size_t num_outputs, const std::vector<size_t>& updated_state);
+  ~StepGraph();
+  // One step: the arguments copied into the graph's buffers, one launch.
+  // Returns the step's outputs and the gradients (tensors of the graph,
+  // overwritten by the next replay).
+  std::vector<Tensor> run(const std::vector<Tensor>& args);
+
+  size_t kernel_nodes() const;
+  size_t memcpy_nodes() const;
+
+  // Whether a step with this state and these arguments can be captured: one
+  // CUDA device for all of them.
+  static bool applies(const std::vector<Tensor>& state, const std::vector<Tensor>& args);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace volt::jit::cuda
