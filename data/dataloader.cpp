@@ -18,7 +18,7 @@ DataLoader::DataLoader(const Dataset& dataset, int64_t batch_size, std::shared_p
 }
 
 int64_t DataLoader::size() const {
-  const int64_t n = sampler_->size();
+  const int64_t n = sampler_->epoch_length();
   return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
 }
 

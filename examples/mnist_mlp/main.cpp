@@ -7,6 +7,7 @@
 //   mnist_mlp --limit-steps 500    # a quick run
 //   mnist_mlp --log-json run.jsonl --plot curves.svg --save ckpt   # what a run leaves behind
 //   mnist_mlp --resume ckpt        # goes on from a checkpoint, exactly as if never stopped
+//   mpirun -np 2 mnist_mlp --distributed   # data-parallel: each rank a batch, global batch 2 x 8
 //
 // Flow, as in the seed: build MLP(784, [784, 784, 784, 28, 10], dropout=0.1),
 // evaluate it untrained, train with Adam and cross-entropy on randomly sampled
@@ -35,6 +36,8 @@
 #include <volt/nn/loss.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
+#include <volt/nn/parallel/ddp.h>
+#include <volt/nn/parallel/distributed_sampler.h>
 #include <volt/tensor/backend.h>
 #include <volt/tensor/dispatch.h>
 #include <volt/tensor/ops.h>
@@ -56,6 +59,7 @@ struct Options {
   int64_t limit_steps = -1;  // training steps per epoch; -1 = all
   bool jit = true;
   bool step = false;  // --jit step: compile the whole training step
+  bool distributed = false;  // under mpirun: one shard and one batch per rank, gradients averaged
   std::string log_json, plot, save, resume;
 };
 
@@ -87,6 +91,9 @@ Options parse_args(int argc, char** argv) {
   app.add_option("--plot", o.plot, "draw the loss and accuracy curves into FILE.svg");
   app.add_option("--save", o.save, "keep a checkpoint in DIR at the end of every epoch");
   app.add_option("--resume", o.resume, "go on from the checkpoint in DIR");
+  app.add_flag("--distributed", o.distributed,
+               "data-parallel training under mpirun: each rank trains on its share of every epoch with "
+               "--batch-size, so the global batch is ranks x batch size; rank 0 alone prints, evaluates and saves");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -164,9 +171,12 @@ bool train(const ModelFn& model, nn::Module& net, data::DataLoader& loader, cons
   std::unique_ptr<jit::CompiledStep> compiled;
   if (o.step) compiled = std::make_unique<jit::CompiledStep>(jit::compile_step(body, {.state = {net, optimizer}}));
   auto* sampler = dynamic_cast<data::RandomSampler*>(&loader.sampler());
+  auto* shard = dynamic_cast<dist::DistributedSampler*>(&loader.sampler());
+  const bool lead = !o.distributed || dist::rank() == 0;
   const int64_t per_epoch = o.limit_steps >= 0 ? std::min(o.limit_steps, loader.size()) : loader.size();
   for (int64_t epoch = start.epoch; epoch <= o.epochs; ++epoch) {
     if (sampler) sampler->set_epoch(epoch - 1);  // epoch e's order, whether resumed or not
+    if (shard) shard->set_epoch(epoch - 1);
     const int64_t skip = epoch == start.epoch ? start.step : 0;
     std::printf("epoch %lld/%lld: %lld steps of batch %lld\n", (long long)epoch, (long long)o.epochs,
                 (long long)per_epoch, (long long)o.batch_size);
@@ -198,11 +208,11 @@ bool train(const ModelFn& model, nn::Module& net, data::DataLoader& loader, cons
     std::printf("epoch %lld: %lld steps in %.2f s, %.1f steps/s, mean loss %.4f\n", (long long)epoch,
                 (long long)trained, seconds, trained / std::max(seconds, 1e-9),
                 loss_sum / std::max<int64_t>(trained, 1));
-    const double accuracy = after_epoch();
+    const double accuracy = lead ? after_epoch() : 0.0;
     record.curves.accuracy.push_back({double(epoch), accuracy});
     record.log.write({{"epoch", epoch}, {"accuracy", accuracy}, {"seconds", seconds},
                       {"mean_loss", loss_sum / std::max<int64_t>(trained, 1)}});
-    if (!o.save.empty()) {
+    if (!o.save.empty() && lead) {
       nn::save_checkpoint(o.save, net, optimizer, {epoch + 1, 0});
       std::printf("checkpoint: %s (resume with --resume %s)\n", o.save.c_str(), o.save.c_str());
     }
@@ -224,17 +234,36 @@ int main(int argc, char** argv) {
   const Options o = parse_args(argc, argv);
   const Device device = pick_device(o.device);
   try {
+    int rank = 0, ranks = 1;
+    if (o.distributed) {
+      dist::init();
+      rank = dist::rank();
+      ranks = dist::world_size();
+      // Rank 0 alone prints (errors still reach stderr from every rank).
+      if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) usage_error("cannot silence rank " + std::to_string(rank));
+    }
     manual_seed(o.seed);
     // The seed's transform is ToTensor() alone: pixels in [0, 1], no normalisation.
     data::MNIST train_set(o.data_dir, /*train=*/true);
     data::MNIST test_set(o.data_dir, /*train=*/false);
-    data::DataLoader train_loader(train_set, o.batch_size, data::RandomSampler(train_set.size(), o.seed));
+    std::shared_ptr<data::Sampler> train_order =
+        o.distributed ? std::shared_ptr<data::Sampler>(std::make_shared<dist::DistributedSampler>(train_set.size(), rank, ranks, o.seed))
+                      : std::make_shared<data::RandomSampler>(train_set.size(), o.seed);
+    data::DataLoader train_loader(train_set, o.batch_size, train_order);
     // Evaluation visits every sample once; the order does not change the count.
     data::DataLoader test_loader(test_set, o.batch_size, data::SequentialSampler(test_set.size()));
 
     auto net = std::make_shared<nn::MLP>(784, std::vector<int64_t>{784, 784, 784, 28, 10},
                                          /*bias=*/true, /*dropout=*/0.1);
     net->to(device);
+    // Rank 0's initial parameters on every rank; gradients averaged over ranks in backward.
+    std::unique_ptr<dist::DistributedDataParallel> ddp;
+    if (o.distributed) {
+      ddp = std::make_unique<dist::DistributedDataParallel>(*net);
+      std::printf("data-parallel: %d ranks x batch %lld = global batch %lld, %zu gradient bucket(s) of <= %lld MiB\n",
+                  ranks, (long long)o.batch_size, (long long)(ranks * o.batch_size), ddp->buckets().size(),
+                  (long long)(dist::DDPOptions{}.bucket_bytes >> 20));
+    }
     std::cout << *net << "\n";
     std::printf("device %s, %lld parameters, %lld training samples, %lld test samples\n",
                 device.str().c_str(), (long long)net->num_parameters(),
@@ -252,10 +281,10 @@ int main(int argc, char** argv) {
     }
 
     net->eval().requires_grad_(false);
-    evaluate(eval_model, test_loader, device);
+    if (rank == 0) evaluate(eval_model, test_loader, device);
 
     Record record;
-    if (!o.log_json.empty()) record.log = examples::JsonLog(o.log_json);
+    if (!o.log_json.empty() && rank == 0) record.log = examples::JsonLog(o.log_json);
     // Each epoch ends with an evaluation (the last one is the seed's final one).
     auto after_epoch = [&] {
       net->eval().requires_grad_(false);
@@ -269,6 +298,7 @@ int main(int argc, char** argv) {
     const bool finished = train(o.step ? eager_model : train_model, *net, train_loader, o, device, &step_report,
                                 record, after_epoch);
     net->eval().requires_grad_(false);
+    if (rank != 0) return finished ? 0 : 1;
     if (record.curves.accuracy.empty()) {  // no epoch was left to train (--epochs 0, or resumed at the end)
       std::printf("no training epoch left to run\n");
       evaluate(eval_model, test_loader, device);
@@ -300,6 +330,8 @@ int main(int argc, char** argv) {
               << jit::last_traces(*jitted_eval).back().str();
     return finished ? 0 : 1;
   } catch (const Error& e) {
+    // The other ranks would wait for this one in their next all-reduce.
+    if (o.distributed && dist::is_initialized()) dist::abort(std::string("mnist_mlp: ") + e.what());
     std::cerr << "mnist_mlp: " << e.what() << "\n";
     return 1;
   }

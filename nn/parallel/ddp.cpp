@@ -1,5 +1,6 @@
 #include <volt/nn/parallel/ddp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -27,8 +28,9 @@ struct DistributedDataParallel::Bucket {
 DistributedDataParallel::DistributedDataParallel(std::vector<Tensor> params, DDPOptions options)
     : params_(std::move(params)), options_(options) {
   VOLT_CHECK(is_initialized(), "DistributedDataParallel", "call volt::dist::init() first (and run under mpirun)");
-  VOLT_CHECK(options_.bucket_bytes > 0, "DistributedDataParallel",
-             "bucket_bytes must be positive, got " << options_.bucket_bytes);
+  VOLT_CHECK(options_.bucket_bytes > 0 && options_.first_bucket_bytes > 0, "DistributedDataParallel",
+             "bucket sizes must be positive, got bucket_bytes " << options_.bucket_bytes << " and first_bucket_bytes "
+                                                                << options_.first_bucket_bytes);
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     VOLT_CHECK(p.defined() && p.has_data() && is_floating(p.dtype()), "DistributedDataParallel",
@@ -49,7 +51,9 @@ DistributedDataParallel::DistributedDataParallel(std::vector<Tensor> params, DDP
   for (size_t k = params_.size(); k-- > 0;) {
     const Tensor& p = params_[k];
     const int64_t b = p.numel() * static_cast<int64_t>(dtype_size(p.dtype()));
-    if (bucket_params_.empty() || bytes + b > options_.bucket_bytes ||
+    const int64_t cap = bucket_params_.size() == 1 ? std::min(options_.bucket_bytes, options_.first_bucket_bytes)
+                                                   : options_.bucket_bytes;
+    if (bucket_params_.empty() || bytes + b > cap ||
         params_[bucket_params_.back()[0]].dtype() != p.dtype()) {
       bucket_params_.emplace_back();
       bytes = 0;

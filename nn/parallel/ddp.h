@@ -12,8 +12,9 @@
 //
 // The gradients are averaged in buckets: the parameters, last first (the
 // order backward usually finishes them in), are grouped into buckets of at
-// most `bucket_bytes` (25 MiB by default, PyTorch's bucket_cap_mb; one larger
-// parameter makes a bucket of its own).  During backward, once every gradient
+// most `bucket_bytes` (25 MiB by default, PyTorch's bucket_cap_mb; the first
+// bucket at most `first_bucket_bytes`, 1 MiB; one larger parameter makes a
+// bucket of its own).  During backward, once every gradient
 // of a bucket is final (autograd/hooks.h) its values are copied into the
 // bucket's flat buffer and a non-blocking all-reduce (MPI_Iallreduce) starts,
 // so communication overlaps the rest of backward.  When backward ends, every
@@ -42,6 +43,9 @@ namespace volt::dist {
 
 struct DDPOptions {
   int64_t bucket_bytes = 25 * 1024 * 1024;
+  // The first bucket (the last parameters) is smaller, so that communication
+  // starts early in backward (PyTorch's default first bucket is 1 MiB too).
+  int64_t first_bucket_bytes = 1024 * 1024;
   bool broadcast_parameters = true;  // rank 0's values to every rank at construction
 };
 

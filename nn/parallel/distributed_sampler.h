@@ -9,9 +9,10 @@
 // 2 world, ...  When n is not a multiple of world_size the permutation is
 // padded with its own first indices (or, with drop_last, cut), so every rank
 // gets the same number of indices and runs the same number of steps.
-// Concatenating rank 0's batch k, rank 1's batch k, ... gives, in order, the
+// Concatenating rank 0's batch k, rank 1's batch k, ... gives the
 // global batch k of one process that visits the same permutation with a batch
-// world_size times larger; the test of data-parallel training relies on it.
+// world_size times larger (the same samples, in another order); the test of
+// data-parallel training relies on it.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -24,7 +25,8 @@ class DistributedSampler : public data::Sampler {
  public:
   DistributedSampler(int64_t n, int rank, int world_size, uint64_t seed, bool shuffle = true,
                      bool drop_last = false);
-  int64_t size() const override { return per_rank_; }
+  int64_t size() const override { return n_; }
+  int64_t epoch_length() const override { return per_rank_; }  // indices per rank and epoch
   std::vector<int64_t> next_epoch() override;
   int64_t epoch() const { return epoch_; }
   void set_epoch(int64_t e) { epoch_ = e; }

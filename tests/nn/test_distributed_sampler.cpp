@@ -37,7 +37,8 @@ TEST_CASE("DistributedSampler: the ranks' shares partition each epoch's permutat
 
 TEST_CASE("DistributedSampler: drop_last cuts, shuffle=false keeps order, bad ranks are errors") {
   dist::DistributedSampler cut(10, 1, 3, 0, /*shuffle=*/false, /*drop_last=*/true);
-  CHECK(cut.size() == 3);
+  CHECK(cut.size() == 10);
+  CHECK(cut.epoch_length() == 3);
   CHECK(cut.next_epoch() == std::vector<int64_t>{1, 4, 7});
   dist::DistributedSampler pad(10, 2, 3, 0, false);
   CHECK(pad.next_epoch() == std::vector<int64_t>{2, 5, 8, 1});  // 10 places + index 0, 1 again
