@@ -163,7 +163,8 @@ std::vector<Tensor> vjp(const OpCall& c, const Tensor& g) {
     case OpId::col2im: return {im2col(g, Window2d::from_ints(at.ints))};
     case OpId::max_pool2d: return {max_pool2d_backward(g, arg(c, 0), Window2d::from_ints(at.ints))};
     // Eager mode records cross_entropy whole where it ran as one fused kernel.
-    case OpId::cross_entropy: return {cross_entropy_backward(g, arg(c, 0), arg(c, 1)), Tensor()};
+    case OpId::cross_entropy:
+      return {cross_entropy_backward(g, arg(c, 0), arg(c, 1), cross_entropy_options(at)), Tensor()};
     case OpId::custom: {
       const CustomOpDef& def = custom_op(at.custom);
       VOLT_CHECK(def.vjp, def.name, "has no gradient registered");

@@ -3,6 +3,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include <volt/tensor/cross_entropy.h>
 #include <volt/tensor/custom_op.h>
 
 namespace volt::jit {
@@ -91,6 +92,13 @@ std::string call_str(const ProxyNames& names, const OpCall& c, bool prim_prefix)
       if (c.op == OpId::dropout) { sep(); os << python_float_repr(at.a); }
       if (c.op == OpId::softmax || c.op == OpId::log_softmax) { sep(); os << "dim=" << at.ints[0]; }
       if (c.op == OpId::mean || c.op == OpId::var) { sep(); os << shape_tuple(at.ints); }
+      if (c.op == OpId::cross_entropy || c.op == OpId::cross_entropy_backward || c.op == OpId::nll_loss) {
+        // As PyTorch's keyword arguments, those that differ from the defaults.
+        const CrossEntropyOptions o = cross_entropy_options(at), d;
+        if (o.reduction != d.reduction) { sep(); os << "reduction='" << reduction_name(o.reduction) << "'"; }
+        if (o.ignore_index != d.ignore_index) { sep(); os << "ignore_index=" << o.ignore_index; }
+        if (o.label_smoothing != d.label_smoothing) { sep(); os << "label_smoothing=" << python_float_repr(o.label_smoothing); }
+      }
       break;
     default: break;
   }

@@ -19,13 +19,15 @@ inline Tensor dropout(const Tensor& x, double p = 0.5, bool training = true) {
   return volt::dropout(x, p, training);
 }
 inline Tensor log_softmax(const Tensor& x, int64_t dim) { return volt::log_softmax(x, dim); }
-// logits: (N, C), target: (N) class indices -> () mean over N
-inline Tensor cross_entropy(const Tensor& logits, const Tensor& target) {
-  return volt::cross_entropy(logits, target);
+// logits: (N, C), target: (N) class indices -> () mean over N by default;
+// options as PyTorch's (reduction, ignore_index, label_smoothing: tensor/cross_entropy.h)
+inline Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {}) {
+  return volt::cross_entropy(logits, target, options);
 }
-// logp: (N, C) log-probabilities, target: (N) class indices -> () mean over N
-inline Tensor nll_loss(const Tensor& logp, const Tensor& target) {
-  return volt::nll_loss(logp, target);
+// logp: (N, C) log-probabilities, target: (N) class indices -> () mean over the rows not ignored
+inline Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction reduction = Reduction::Mean,
+                       int64_t ignore_index = -100) {
+  return volt::nll_loss(logp, target, reduction, ignore_index);
 }
 
 // x: (N, C, H, W), weight: (O, C, kh, kw), bias: (O) or undefined -> (N, O, OH, OW)

@@ -16,7 +16,7 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& target) {
   VOLT_CHECK(is_integral(target.dtype()), "CrossEntropyLoss",
              "target must hold class indices (an integer dtype), got "
                  << dtype_name(target.dtype()));
-  return volt::cross_entropy(logits, target);
+  return volt::cross_entropy(logits, target, options_);
 }
 
 }  // namespace volt::nn

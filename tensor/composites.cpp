@@ -46,30 +46,61 @@ int64_t target_range_check() {
     def.kernel = [](const std::vector<Value>& args) {
       const Tensor& target = args.at(0).tensor;
       const int64_t c = static_cast<int64_t>(args.at(1).scalar.value);
+      // Targets equal to ignore_index (the third argument) may be anything.
+      const bool has_ignore = args.size() > 2;
+      const int64_t ignore = has_ignore ? static_cast<int64_t>(args[2].scalar.value) : 0;
       if (target.numel() > 0) {
         int64_t lo = 0, hi = 0;
+        bool any = false;
+        auto note = [&](int64_t v) {
+          if (has_ignore && v == ignore) return;
+          lo = any ? std::min(lo, v) : v;
+          hi = any ? std::max(hi, v) : v;
+          any = true;
+        };
         if (target.device().is_cpu() && target.is_contiguous()) {
           // Read in place: a compiled training step allocates nothing per step.
           VOLT_DISPATCH_DTYPE(target.dtype(), [&] {
             const scalar_t* p = static_cast<const scalar_t*>(target.raw_data());
-            lo = hi = static_cast<int64_t>(p[0]);
-            for (int64_t i = 1; i < target.numel(); ++i) {
-              lo = std::min(lo, static_cast<int64_t>(p[i]));
-              hi = std::max(hi, static_cast<int64_t>(p[i]));
-            }
+            for (int64_t i = 0; i < target.numel(); ++i) note(static_cast<int64_t>(p[i]));
           });
         } else {
-          lo = amin(target).item<int64_t>();
-          hi = amax(target).item<int64_t>();
+          for (int64_t v : target.to(kCPU).to_vector<int64_t>()) note(v);
         }
-        VOLT_CHECK(lo >= 0 && hi < c, "nll_loss",
-                   "target values must lie in [0, " << c << "), got [" << lo << ", " << hi << "]");
+        VOLT_CHECK(!any || (lo >= 0 && hi < c), "nll_loss",
+                   "target values must lie in [0, " << c << "), got [" << lo << ", " << hi << "]"
+                                                    << (has_ignore ? "; targets equal to ignore_index (" + std::to_string(ignore) + ") are skipped"
+                                                                   : std::string()));
       }
       return std::vector<Tensor>{target};
     };
     return register_custom_op(std::move(def));
   }();
   return id;
+}
+
+// The row losses from log-probabilities (N, C): (1 - e) * -logp[i, t_i] +
+// e/C * sum_j -logp[i, j], then 0 where t_i is ignore_index, then the reduction
+// (Mean divides by the rows not ignored).  Only prims (and the range check), so
+// it fuses and differentiates.
+Tensor loss_from_logp(const Tensor& logp, const Tensor& target, const CrossEntropyOptions& o) {
+  const int64_t c = logp.sizes()[1];
+  // The range check needs the targets' values: an op of its own, so that a
+  // trace or a lazy graph runs it when the values exist.
+  Tensor checked = dispatch1(custom_call(target_range_check(), {target, Scalar(c), Scalar(o.ignore_index)}));
+  Tensor classes = Tensor::arange(static_cast<double>(c), target.dtype(), logp.device());
+  Tensor onehot = eq(checked.unsqueeze(1), classes);
+  Tensor rows = neg(sum(where(onehot, logp, 0.0), {1}));
+  const double e = o.label_smoothing;
+  if (e > 0) rows = add(mul(rows, 1.0 - e), mul(neg(sum(logp, {1})), e / static_cast<double>(c)));
+  Tensor valid = ne(target, Scalar(o.ignore_index));
+  rows = where(valid, rows, 0.0);
+  switch (o.reduction) {
+    case Reduction::None: return rows;
+    case Reduction::Sum: return sum(rows);
+    case Reduction::Mean: break;
+  }
+  return div(sum(rows), sum(convert_element_type(valid, rows.dtype())));
 }
 
 }  // namespace
@@ -129,28 +160,33 @@ std::vector<Tensor> decompose(const OpCall& call) {
                  "expected target (" << a.sizes()[0] << "), got " << shape_str(target.sizes()));
       VOLT_CHECK(is_integral(target.dtype()), "nll_loss",
                  "expected an integer target, got " << dtype_name(target.dtype()));
-      int64_t n = a.sizes()[0], c = a.sizes()[1];
-      // The range check needs the targets' values: an op of its own, so that
-      // a trace or a lazy graph runs it when the values exist.
-      Tensor checked = dispatch1(custom_call(target_range_check(), {target, Scalar(c)}));
-      // Pick logp[i, target[i]] with a one-hot mask: only prims, so it fuses and differentiates.
-      Tensor classes = Tensor::arange(static_cast<double>(c), target.dtype(), a.device());
-      Tensor onehot = eq(checked.unsqueeze(1), classes);
-      Tensor picked = sum(where(onehot, a, 0.0));
-      return {div(neg(picked), static_cast<double>(n))};
+      return {loss_from_logp(a, target, cross_entropy_options(at))};
     }
-    case OpId::cross_entropy:
-      check_logits(a, call.args.at(1).tensor, "cross_entropy");
-      return {nll_loss(log_softmax(a, 1), call.args.at(1).tensor)};
+    case OpId::cross_entropy: {
+      const Tensor& target = call.args.at(1).tensor;
+      check_logits(a, target, "cross_entropy");
+      const CrossEntropyOptions o = cross_entropy_options(at);
+      if (o.label_smoothing == 0) return {nll_loss(log_softmax(a, 1), target, o.reduction, o.ignore_index)};
+      return {loss_from_logp(log_softmax(a, 1), target, o)};
+    }
     case OpId::cross_entropy_backward: {
-      // args: g (the loss's gradient), logits (N, C), target (N)
+      // args: g (the loss's gradient: () or (N) for Reduction::None), logits (N, C), target (N)
       const Tensor& logits = call.args.at(1).tensor;
       const Tensor& target = call.args.at(2).tensor;
       check_logits(logits, target, "cross_entropy_backward");
-      const int64_t n = logits.sizes()[0], c = logits.sizes()[1];
+      const CrossEntropyOptions o = cross_entropy_options(at);
+      const int64_t c = logits.sizes()[1];
+      const double e = o.label_smoothing;
       Tensor classes = Tensor::arange(static_cast<double>(c), target.dtype(), logits.device());
       Tensor onehot = convert_element_type(eq(target.unsqueeze(1), classes), logits.dtype());
-      return {mul(sub(softmax(logits, 1), onehot), div(a, static_cast<double>(n)))};
+      Tensor d = sub(softmax(logits, 1), e > 0 ? mul(onehot, 1.0 - e) : onehot);
+      if (e > 0) d = sub(d, e / static_cast<double>(c));
+      // Each row's factor: g (or g_i for None), over the rows counted for Mean;
+      // ignored rows get no gradient.
+      Tensor valid = ne(target, Scalar(o.ignore_index));
+      Tensor scale = o.reduction == Reduction::None ? a.unsqueeze(1) : a;
+      if (o.reduction == Reduction::Mean) scale = div(scale, sum(convert_element_type(valid, logits.dtype())));
+      return {where(valid.unsqueeze(1), mul(d, scale), 0.0)};
     }
     case OpId::conv2d:
       return {conv2d_decomposition(call)};

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <volt/tensor/conv.h>
+#include <volt/tensor/cross_entropy.h>
 #include <volt/tensor/custom_op.h>
 #include <volt/tensor/dispatch.h>
 
@@ -187,9 +188,12 @@ std::vector<TensorMeta> fused_meta(const OpCall& call) {
   VOLT_CHECK(target.dim() == 1 && target.sizes()[0] == logits.sizes()[0] && is_integral(target.dtype()), op,
              "expected an integer target (" << logits.sizes()[0] << "), got " << target.meta_str());
   const Device dev = common_device(call);
-  if (first == 0) return {{Shape{}, logits.dtype(), dev}};
+  const bool per_row = cross_entropy_options(call.attrs).reduction == Reduction::None;
+  const Shape loss_shape = per_row ? Shape{logits.sizes()[0]} : Shape{};
+  if (first == 0) return {{loss_shape, logits.dtype(), dev}};
   const Tensor& g = call.args[0].tensor;
-  VOLT_CHECK(g.dim() == 0 && is_floating(g.dtype()), op, "expected a scalar gradient, got " << g.meta_str());
+  VOLT_CHECK(g.sizes() == loss_shape && is_floating(g.dtype()), op,
+             "expected a gradient shaped like the loss, " << shape_str(loss_shape) << ", got " << g.meta_str());
   return {{logits.sizes(), logits.dtype(), dev}};
 }
 

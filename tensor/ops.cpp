@@ -277,23 +277,42 @@ Tensor log_softmax(const Tensor& a, int64_t dim) {
   return call1(OpId::log_softmax, {a}, at);
 }
 
-Tensor nll_loss(const Tensor& logp, const Tensor& target) {
+namespace {
+
+void check_options(const CrossEntropyOptions& o, const char* op) {
+  const auto r = static_cast<int64_t>(o.reduction);
+  VOLT_CHECK(r >= 0 && r <= 2, op, "unknown reduction " << r << "; expected None, Mean or Sum");
+  VOLT_CHECK(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0, op,
+             "label_smoothing must lie in [0, 1], got " << o.label_smoothing);
+}
+
+Attrs options_attrs(const CrossEntropyOptions& o, const char* op) {
+  check_options(o, op);
+  Attrs at;
+  set_cross_entropy_attrs(at, o);
+  return at;
+}
+
+}  // namespace
+
+Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction reduction, int64_t ignore_index) {
   check_tensor(logp, "nll_loss");
   check_tensor(target, "nll_loss");
-  return call1(OpId::nll_loss, {logp, target});
+  return call1(OpId::nll_loss, {logp, target}, options_attrs({reduction, ignore_index, 0.0}, "nll_loss"));
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
   check_tensor(logits, "cross_entropy");
   check_tensor(target, "cross_entropy");
-  return call1(OpId::cross_entropy, {logits, target});
+  return call1(OpId::cross_entropy, {logits, target}, options_attrs(options, "cross_entropy"));
 }
 
-Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& target) {
+Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& target,
+                              const CrossEntropyOptions& options) {
   check_tensor(g, "cross_entropy_backward");
   check_tensor(logits, "cross_entropy_backward");
   check_tensor(target, "cross_entropy_backward");
-  return call1(OpId::cross_entropy_backward, {g, logits, target});
+  return call1(OpId::cross_entropy_backward, {g, logits, target}, options_attrs(options, "cross_entropy_backward"));
 }
 
 }  // namespace volt

@@ -4,6 +4,7 @@
 #pragma once
 #include <vector>
 
+#include <volt/tensor/cross_entropy.h>
 #include <volt/tensor/dispatch.h>
 #include <volt/tensor/tensor.h>
 
@@ -81,15 +82,22 @@ Tensor relu(const Tensor& a);
 Tensor dropout(const Tensor& a, double p, bool training);
 Tensor softmax(const Tensor& a, int64_t dim);
 Tensor log_softmax(const Tensor& a, int64_t dim);
-// logp (N, C), target (N) integer classes -> mean of -logp[i, target[i]]
-Tensor nll_loss(const Tensor& logp, const Tensor& target);
-// logits (N, C), target (N) -> mean over rows of log(sum_j exp(logits[i, j])) - logits[i, target[i]].
-// A composite (log_softmax, then nll_loss) that eager mode runs as one fused
-// kernel where the device has one (tensor/cross_entropy.inc).
-Tensor cross_entropy(const Tensor& logits, const Tensor& target);
+// logp (N, C), target (N) integer classes -> -logp[i, target[i]] reduced over
+// the rows whose target is not ignore_index (tensor/cross_entropy.h).
+Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction reduction = Reduction::Mean,
+                int64_t ignore_index = -100);
+// logits (N, C), target (N) -> the row losses log(sum_j exp(logits[i, j])) - logits[i, target[i]],
+// reduced (mean by default); ignore_index and label smoothing as PyTorch has
+// them (tensor/cross_entropy.h).  () for Mean and Sum, (N) for None.
+// A composite (log_softmax, then the row losses) that eager mode runs as one
+// fused kernel where the device has one (tensor/cross_entropy.inc).
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
 // The gradient of cross_entropy with respect to the logits, given the loss's
-// gradient g (a scalar): g * (softmax(logits) - onehot(target)) / N.
-Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& target);
+// gradient g (a scalar, or (N) for Reduction::None): per row,
+// g_i * (softmax(logits)_i - (1 - e) onehot(target_i) - e/C), divided by the
+// number of rows not ignored for Mean, 0 for ignored rows.
+Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& target,
+                              const CrossEntropyOptions& options = {});
 
 // ---- C++ operators ----
 inline Tensor operator-(const Tensor& a) { return neg(a); }

@@ -191,15 +191,23 @@ void run_cross_entropy(const OpCall& call, const Tensor& out) {
   void* op = out.raw_data();
   long long* err = error_word(dev);
   double nan = std::numeric_limits<double>::quiet_NaN();
+  const CrossEntropyOptions opt = cross_entropy_options(call.attrs);
+  long long ignore = opt.ignore_index;
+  double smoothing = opt.label_smoothing;
+  long long reduction = static_cast<long long>(opt.reduction);
   if (!backward) {
-    void* params[] = {&xp, &tp, &n, &c, &op, &err, &nan};
+    void* params[] = {&xp, &tp, &n, &c, &op, &err, &nan, &ignore, &smoothing, &reduction};
     launch(k, dev, dim3(1), dim3(256), params);
     return;
   }
-  const Tensor g = call.args[0].tensor.to(out.device()).to(dt);
+  const Tensor g = call.args[0].tensor.to(out.device()).to(dt).contiguous();
   void* gp = g.raw_data();
   if (n == 0) return;
-  void* params[] = {&gp, &xp, &tp, &n, &c, &op, &err, &nan};
+  // The rows not ignored, counted on the device (no synchronisation): mean divides by it.
+  Tensor count;
+  if (opt.reduction == Reduction::Mean) count = sum(convert_element_type(ne(t, Scalar(opt.ignore_index)), DType::f64));
+  const void* cp = count.defined() ? count.raw_data() : nullptr;
+  void* params[] = {&gp, &xp, &tp, &n, &c, &op, &err, &nan, &ignore, &smoothing, &reduction, &cp};
   launch(k, dev, n, params);
 }
 

@@ -182,7 +182,7 @@ TEST_CASE("cross_entropy's fused kernel: NaN rows, bad targets and empty batches
                        doctest::Contains("cross_entropy_backward: target values must lie in [0, 3), got [0, 3]"),
                        volt::Error);
   CHECK_THROWS_WITH_AS(cross_entropy_backward(Tensor::zeros({2}), y, Tensor::from_vector<int64_t>({0, 1})),
-                       doctest::Contains("expected a scalar gradient"), volt::Error);
+                       doctest::Contains("expected a gradient shaped like the loss, [], got"), volt::Error);
   // No rows: the mean of nothing, NaN as in PyTorch.
   CHECK(std::isnan(cross_entropy(Tensor::zeros({0, 3}), Tensor::zeros({0}, DType::i64)).item<double>()));
 }
