@@ -13,6 +13,7 @@
 
 #include <volt/tensor/backend.h>
 #include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/op_exprs.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 // The Philox text itself (also compiled in random.cpp): inlined here, the draw
@@ -213,6 +214,68 @@ Prepared prepare(const OpCall& call, size_t first, DType c, const Shape& out_sha
 
 // ---------------------------------------------------------------- elementwise ops
 
+// Each kernel computes the op table's expression (tensor/op_exprs.h): C is the
+// compute dtype, the result converted to the output's.
+#define VOLT_EXPR1(op, R) [](C x) { return static_cast<R>(op_exprs::expr_##op<R>(x)); }
+#define VOLT_EXPR2(op, R) [](C a, C b) { return static_cast<R>(op_exprs::expr_##op<R>(a, b)); }
+
+template <class C>
+void run_unary(OpId op, const Operand& a, Tensor& out) {
+  std::array<Operand, 1> in{a};
+  switch (op) {
+    case OpId::neg:
+      if constexpr (!std::is_same_v<C, bool>) elementwise<C, C, 1>(out, in, VOLT_EXPR1(neg, C));
+      return;
+    case OpId::abs:
+      if constexpr (!std::is_same_v<C, bool>) elementwise<C, C, 1>(out, in, VOLT_EXPR1(abs, C));
+      return;
+    case OpId::logical_not: elementwise<bool, C, 1>(out, in, VOLT_EXPR1(logical_not, bool)); return;
+    default: break;
+  }
+  // Floating unary ops: integer inputs were converted to the float output type already.
+  if constexpr (std::is_floating_point_v<C>) {
+    switch (op) {
+      case OpId::exp: elementwise<C, C, 1>(out, in, VOLT_EXPR1(exp, C)); return;
+      case OpId::log: elementwise<C, C, 1>(out, in, VOLT_EXPR1(log, C)); return;
+      case OpId::sqrt: elementwise<C, C, 1>(out, in, VOLT_EXPR1(sqrt, C)); return;
+      case OpId::rsqrt: elementwise<C, C, 1>(out, in, VOLT_EXPR1(rsqrt, C)); return;
+      case OpId::tanh: elementwise<C, C, 1>(out, in, VOLT_EXPR1(tanh, C)); return;
+      case OpId::sigmoid: elementwise<C, C, 1>(out, in, VOLT_EXPR1(sigmoid, C)); return;
+      case OpId::reciprocal: elementwise<C, C, 1>(out, in, VOLT_EXPR1(reciprocal, C)); return;
+      default: break;
+    }
+  }
+  VOLT_FAIL(op_name(op), "has no CPU kernel for this dtype");
+}
+
+template <class C>
+void run_binary(OpId op, const std::array<Operand, 2>& in, Tensor& out) {
+  switch (op) {
+    case OpId::add: elementwise<C, C, 2>(out, in, VOLT_EXPR2(add, C)); return;
+    case OpId::sub: elementwise<C, C, 2>(out, in, VOLT_EXPR2(sub, C)); return;
+    case OpId::mul: elementwise<C, C, 2>(out, in, VOLT_EXPR2(mul, C)); return;
+    case OpId::div:
+      if constexpr (std::is_floating_point_v<C>) elementwise<C, C, 2>(out, in, VOLT_EXPR2(div, C));
+      return;
+    case OpId::pow: elementwise<C, C, 2>(out, in, VOLT_EXPR2(pow, C)); return;
+    case OpId::maximum: elementwise<C, C, 2>(out, in, VOLT_EXPR2(maximum, C)); return;
+    case OpId::minimum: elementwise<C, C, 2>(out, in, VOLT_EXPR2(minimum, C)); return;
+    case OpId::logical_and: elementwise<bool, C, 2>(out, in, VOLT_EXPR2(logical_and, bool)); return;
+    case OpId::logical_or: elementwise<bool, C, 2>(out, in, VOLT_EXPR2(logical_or, bool)); return;
+    case OpId::eq: elementwise<bool, C, 2>(out, in, VOLT_EXPR2(eq, bool)); return;
+    case OpId::ne: elementwise<bool, C, 2>(out, in, VOLT_EXPR2(ne, bool)); return;
+    case OpId::lt: elementwise<bool, C, 2>(out, in, VOLT_EXPR2(lt, bool)); return;
+    case OpId::le: elementwise<bool, C, 2>(out, in, VOLT_EXPR2(le, bool)); return;
+    case OpId::gt: elementwise<bool, C, 2>(out, in, VOLT_EXPR2(gt, bool)); return;
+    case OpId::ge: elementwise<bool, C, 2>(out, in, VOLT_EXPR2(ge, bool)); return;
+    default: VOLT_FAIL(op_name(op), "has no CPU kernel");
+  }
+}
+
+#undef VOLT_EXPR1
+#undef VOLT_EXPR2
+
+// NaN-propagating max and min, for the reductions.
 template <class T>
 T fmax_nan(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
@@ -226,65 +289,6 @@ T fmin_nan(T a, T b) {
     if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
   }
   return a < b ? a : b;
-}
-
-template <class C>
-void run_unary(OpId op, const Operand& a, Tensor& out) {
-  std::array<Operand, 1> in{a};
-  using F = std::conditional_t<std::is_floating_point_v<C>, C, float>;
-  switch (op) {
-    case OpId::neg:
-      if constexpr (!std::is_same_v<C, bool>) elementwise<C, C, 1>(out, in, [](C x) { return static_cast<C>(-x); });
-      return;
-    case OpId::abs:
-      if constexpr (!std::is_same_v<C, bool>)
-        elementwise<C, C, 1>(out, in, [](C x) { return static_cast<C>(x < 0 ? -x : x); });
-      return;
-    case OpId::logical_not: elementwise<bool, C, 1>(out, in, [](C x) { return !x; }); return;
-    default: break;
-  }
-  // Floating unary ops: integer inputs were converted to the float output type already.
-  if constexpr (std::is_floating_point_v<C>) {
-    switch (op) {
-      case OpId::exp: elementwise<C, C, 1>(out, in, [](C x) { return std::exp(x); }); return;
-      case OpId::log: elementwise<C, C, 1>(out, in, [](C x) { return std::log(x); }); return;
-      case OpId::sqrt: elementwise<C, C, 1>(out, in, [](C x) { return std::sqrt(x); }); return;
-      case OpId::rsqrt: elementwise<C, C, 1>(out, in, [](C x) { return C(1) / std::sqrt(x); }); return;
-      case OpId::tanh: elementwise<C, C, 1>(out, in, [](C x) { return std::tanh(x); }); return;
-      case OpId::sigmoid: elementwise<C, C, 1>(out, in, [](C x) { return C(1) / (C(1) + std::exp(-x)); }); return;
-      case OpId::reciprocal: elementwise<C, C, 1>(out, in, [](C x) { return C(1) / x; }); return;
-      default: break;
-    }
-  }
-  (void)sizeof(F);
-  VOLT_FAIL(op_name(op), "has no CPU kernel for this dtype");
-}
-
-template <class C>
-void run_binary(OpId op, const std::array<Operand, 2>& in, Tensor& out) {
-  switch (op) {
-    case OpId::add: elementwise<C, C, 2>(out, in, [](C a, C b) { return static_cast<C>(a + b); }); return;
-    case OpId::sub: elementwise<C, C, 2>(out, in, [](C a, C b) { return static_cast<C>(a - b); }); return;
-    case OpId::mul: elementwise<C, C, 2>(out, in, [](C a, C b) { return static_cast<C>(a * b); }); return;
-    case OpId::div:
-      if constexpr (std::is_floating_point_v<C>)
-        elementwise<C, C, 2>(out, in, [](C a, C b) { return a / b; });
-      return;
-    case OpId::pow:
-      elementwise<C, C, 2>(out, in, [](C a, C b) { return static_cast<C>(std::pow(a, b)); });
-      return;
-    case OpId::maximum: elementwise<C, C, 2>(out, in, [](C a, C b) { return fmax_nan(a, b); }); return;
-    case OpId::minimum: elementwise<C, C, 2>(out, in, [](C a, C b) { return fmin_nan(a, b); }); return;
-    case OpId::logical_and: elementwise<bool, C, 2>(out, in, [](C a, C b) { return a && b; }); return;
-    case OpId::logical_or: elementwise<bool, C, 2>(out, in, [](C a, C b) { return a || b; }); return;
-    case OpId::eq: elementwise<bool, C, 2>(out, in, [](C a, C b) { return a == b; }); return;
-    case OpId::ne: elementwise<bool, C, 2>(out, in, [](C a, C b) { return a != b; }); return;
-    case OpId::lt: elementwise<bool, C, 2>(out, in, [](C a, C b) { return a < b; }); return;
-    case OpId::le: elementwise<bool, C, 2>(out, in, [](C a, C b) { return a <= b; }); return;
-    case OpId::gt: elementwise<bool, C, 2>(out, in, [](C a, C b) { return a > b; }); return;
-    case OpId::ge: elementwise<bool, C, 2>(out, in, [](C a, C b) { return a >= b; }); return;
-    default: VOLT_FAIL(op_name(op), "has no CPU kernel");
-  }
 }
 
 // ---------------------------------------------------------------- random

@@ -1,8 +1,8 @@
 // map_identifiers: rewrites the identifiers of a piece of C/C++ source.
 //
-// The code generators (the CPU fusion kernels, the CUDA one-op kernels, the
-// CUDA kernel-sharing pass) all need to rename words in source text: the
-// operands `a`, `b`, `c` of an op-table expression, or a kernel's variables.
+// The code generators (the jit's fused kernels, the eager CUDA kernels) fill
+// in the operands `a`, `b`, `c` and the result type `T` of an op-table
+// expression with it.
 //
 //   map_identifiers("a + b * T(2)", [](const std::string& id) {
 //     return id == "a" ? "x" : id == "b" ? "y" : id == "T" ? "float" : id;

@@ -6,7 +6,7 @@ namespace volt {
 
 namespace {
 const OpInfo kOps[] = {
-#define VOLT_OP_INFO(name, kind, expr) {#name, OpKind::kind, expr},
+#define VOLT_OP_INFO(name, kind, ...) {#name, OpKind::kind, #__VA_ARGS__},
     VOLT_OPS(VOLT_OP_INFO)
 #undef VOLT_OP_INFO
 };

@@ -1,7 +1,9 @@
 // The one table of ops.  Each row: name, kind, and for elementwise prims the
-// scalar expression that generated kernels use (a, b, c are the operands, and
-// T the result's C type).  Adding a prim is one row here plus its meta, its CPU
-// kernel and its VJP rule (autograd/vjp.cpp).
+// scalar expression that defines the op (a, b, c are the operands in the
+// compute dtype, T the result's C type): the CPU kernels call it as a C++
+// function (tensor/op_exprs.h), the generated kernels (the jit's fusions, the
+// CUDA eager kernels) receive it as text.  Adding an elementwise prim is one
+// row here plus its meta and its VJP rule (autograd/vjp.cpp).
 #pragma once
 #include <cstdint>
 
@@ -25,69 +27,70 @@ enum class OpKind : uint8_t {
   Custom,     // registered at run time (tensor/custom_op.h), told apart by Attrs::custom
 };
 
-//  X(name, kind, expression)
-#define VOLT_OPS(X)                                   \
-  X(neg, Unary, "(-a)")                               \
-  X(abs, Unary, "(a < 0 ? -a : a)")                   \
-  X(exp, Unary, "exp(a)")                             \
-  X(log, Unary, "log(a)")                             \
-  X(sqrt, Unary, "sqrt(a)")                           \
-  X(rsqrt, Unary, "(T(1) / sqrt(a))")                 \
-  X(tanh, Unary, "tanh(a)")                           \
-  X(sigmoid, Unary, "(T(1) / (T(1) + exp(-a)))")      \
-  X(reciprocal, Unary, "(T(1) / a)")                  \
-  X(logical_not, Unary, "(!a)")                       \
-  X(add, Binary, "(a + b)")                           \
-  X(sub, Binary, "(a - b)")                           \
-  X(mul, Binary, "(a * b)")                           \
-  X(div, Binary, "(a / b)")                           \
-  X(pow, Binary, "pow(a, b)")                         \
-  X(maximum, Binary, "(a != a || a > b ? a : b)")     \
-  X(minimum, Binary, "(a != a || a < b ? a : b)")     \
-  X(logical_and, Binary, "(a && b)")                  \
-  X(logical_or, Binary, "(a || b)")                   \
-  X(eq, Compare, "(a == b)")                          \
-  X(ne, Compare, "(a != b)")                          \
-  X(lt, Compare, "(a < b)")                           \
-  X(le, Compare, "(a <= b)")                          \
-  X(gt, Compare, "(a > b)")                           \
-  X(ge, Compare, "(a >= b)")                          \
-  X(where, Ternary, "(a ? b : c)")                    \
-  X(convert_element_type, Convert, "((T)(a))")        \
-  X(uniform, Random, "")                              \
-  X(full, Factory, "")                                \
-  X(arange, Factory, "")                              \
-  X(reshape, View, "")                                \
-  X(permute, View, "")                                \
-  X(expand, View, "")                                 \
-  X(narrow, View, "")                                 \
-  X(copy, Copy, "a")                                  \
-  X(pad, Pad, "")                                     \
-  X(sum, Reduce, "")                                  \
-  X(amax, Reduce, "")                                 \
-  X(amin, Reduce, "")                                 \
-  X(argmax, Reduce, "")                               \
-  X(argmin, Reduce, "")                               \
-  X(matmul, Matmul, "")                               \
-  X(linear, Matmul, "")                               \
-  X(im2col, Window, "")                               \
-  X(col2im, Window, "")                               \
-  X(max_pool2d, Window, "")                           \
-  X(max_pool2d_backward, Window, "")                  \
-  X(relu, Composite, "")                              \
-  X(dropout, Composite, "")                           \
-  X(mean, Composite, "")                              \
-  X(var, Composite, "")                               \
-  X(softmax, Composite, "")                           \
-  X(log_softmax, Composite, "")                       \
-  X(nll_loss, Composite, "")                          \
-  X(cross_entropy, Composite, "")                     \
-  X(cross_entropy_backward, Composite, "")            \
-  X(conv2d, Composite, "")                            \
-  X(custom, Custom, "")
+//  X(name, kind, expression): the expression is C++ (tensor/op_exprs.h makes
+//  it the CPU kernels' functions) and, stringified, the generators' text.
+#define VOLT_OPS(X)                               \
+  X(neg, Unary, (-a))                             \
+  X(abs, Unary, (a < 0 ? -a : a))                 \
+  X(exp, Unary, exp(a))                           \
+  X(log, Unary, log(a))                           \
+  X(sqrt, Unary, sqrt(a))                         \
+  X(rsqrt, Unary, (T(1) / sqrt(a)))               \
+  X(tanh, Unary, tanh(a))                         \
+  X(sigmoid, Unary, (T(1) / (T(1) + exp(-a))))    \
+  X(reciprocal, Unary, (T(1) / a))                \
+  X(logical_not, Unary, (!a))                     \
+  X(add, Binary, (a + b))                         \
+  X(sub, Binary, (a - b))                         \
+  X(mul, Binary, (a * b))                         \
+  X(div, Binary, (a / b))                         \
+  X(pow, Binary, pow(a, b))                       \
+  X(maximum, Binary, (a != a || a > b ? a : b))   \
+  X(minimum, Binary, (a != a || a < b ? a : b))   \
+  X(logical_and, Binary, (a && b))                \
+  X(logical_or, Binary, (a || b))                 \
+  X(eq, Compare, (a == b))                        \
+  X(ne, Compare, (a != b))                        \
+  X(lt, Compare, (a < b))                         \
+  X(le, Compare, (a <= b))                        \
+  X(gt, Compare, (a > b))                         \
+  X(ge, Compare, (a >= b))                        \
+  X(where, Ternary, (a ? b : c))                  \
+  X(convert_element_type, Convert, ((T)(a)))      \
+  X(uniform, Random, )                            \
+  X(full, Factory, )                              \
+  X(arange, Factory, )                            \
+  X(reshape, View, )                              \
+  X(permute, View, )                              \
+  X(expand, View, )                               \
+  X(narrow, View, )                               \
+  X(copy, Copy, a)                                \
+  X(pad, Pad, )                                   \
+  X(sum, Reduce, )                                \
+  X(amax, Reduce, )                               \
+  X(amin, Reduce, )                               \
+  X(argmax, Reduce, )                             \
+  X(argmin, Reduce, )                             \
+  X(matmul, Matmul, )                             \
+  X(linear, Matmul, )                             \
+  X(im2col, Window, )                             \
+  X(col2im, Window, )                             \
+  X(max_pool2d, Window, )                         \
+  X(max_pool2d_backward, Window, )                \
+  X(relu, Composite, )                            \
+  X(dropout, Composite, )                         \
+  X(mean, Composite, )                            \
+  X(var, Composite, )                             \
+  X(softmax, Composite, )                         \
+  X(log_softmax, Composite, )                     \
+  X(nll_loss, Composite, )                        \
+  X(cross_entropy, Composite, )                   \
+  X(cross_entropy_backward, Composite, )          \
+  X(conv2d, Composite, )                          \
+  X(custom, Custom, )
 
 enum class OpId : uint8_t {
-#define VOLT_OP_ENUM(name, kind, expr) name,
+#define VOLT_OP_ENUM(name, kind, ...) name,
   VOLT_OPS(VOLT_OP_ENUM)
 #undef VOLT_OP_ENUM
       kCount

@@ -2,6 +2,8 @@
 // key, and the MNIST model's training step compiling each distinct kernel once.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -114,4 +116,43 @@ TEST_CASE("codegen: a key holds what a region computes, and nothing the trace me
   CHECK(jit::cuda_source(*k_x5) == jit::cuda_prelude() + k_x5->body);
   CHECK(jit::host_source({k_x5.get()}).find(k_x5->body) != std::string::npos);
   CHECK(k_x5->body.find("VOLT_KERNEL(" + k_x5->symbol + ")") == 0);
+}
+
+TEST_CASE("codegen: every elementwise prim in a fused kernel gives the eager kernel's bits (f32, f64, i64)") {
+  // One function applies every unary, binary and comparison prim to (x, y):
+  // one fused region, so one generated kernel per dtype against the CPU's
+  // eager kernels, which call the same op-table expressions.
+  auto all_ops = [](const std::vector<Tensor>& v) {
+    const Tensor &x = v[0], &y = v[1];
+    return std::vector<Tensor>{neg(x),          abs(x),          exp(x),          log(x),          sqrt(x),
+                               rsqrt(x),        tanh(x),         sigmoid(x),      reciprocal(x),   logical_not(x),
+                               add(x, y),       sub(x, y),       mul(x, y),       div(x, y),       pow(x, y),
+                               maximum(x, y),   minimum(x, y),   logical_and(x, y), logical_or(x, y), eq(x, y),
+                               ne(x, y),        lt(x, y),        le(x, y),        gt(x, y),        ge(x, y),
+                               where(gt(x, y), x, y)};
+  };
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> xs = {-2.5, -1.0, 0.0, 0.5, 1.0, 3.0, 7.25, inf, -inf, nan, 2.0, -0.0};
+  const std::vector<double> ys = {1.5, -1.0, 0.0, 2.0, nan, -3.0, 7.25, 1.0, -inf, 0.5, 10.0, 0.0};
+  for (DType d : {DType::f32, DType::f64, DType::i64}) {
+    INFO(dtype_name(d));
+    const size_t n = is_floating(d) ? xs.size() : 7;  // integers: the finite values, truncated
+    Tensor x = Tensor::from_vector<double>(std::vector<double>(xs.begin(), xs.begin() + n)).to(d);
+    Tensor y = Tensor::from_vector<double>(std::vector<double>(ys.begin(), ys.begin() + n)).to(d);
+    if (!is_floating(d)) y = add(abs(y), 1);  // no division by zero, no negative powers of integers
+    auto jf = jit::jit(all_ops, {"x", "y"});
+    std::vector<Tensor> got = jf({x, y}), want = all_ops({x, y});
+    REQUIRE(jit::compile_stats(jf).fusions == 1);
+    REQUIRE(static_cast<bool>(jit::last_kernels(jf).at(0)->fn));
+    REQUIRE(got.size() == want.size());
+    for (size_t k = 0; k < got.size(); ++k) {
+      INFO("output " << k);
+      REQUIRE(got[k].dtype() == want[k].dtype());
+      std::vector<double> g = got[k].to(DType::f64).to_vector<double>(), w = want[k].to(DType::f64).to_vector<double>();
+      for (size_t i = 0; i < g.size(); ++i) {
+        INFO("element " << i << ": " << g[i] << " vs " << w[i]);
+        CHECK(((std::isnan(g[i]) && std::isnan(w[i])) || g[i] == w[i]));
+      }
+    }
+  }
 }
