@@ -90,6 +90,23 @@ std::string CompiledStep::key_for(const std::vector<Tensor>& args) const {
   return os.str();
 }
 
+void CompiledStep::signature(const std::vector<Tensor>& args, std::vector<int64_t>& out) const {
+  out.clear();
+  auto add = [&](const Tensor& t) {
+    out.push_back(static_cast<int64_t>(t.dim()));
+    for (int64_t d : t.sizes()) out.push_back(d);
+    out.push_back(static_cast<int64_t>(t.dtype()));
+    out.push_back(static_cast<int64_t>(t.device().type) * 1024 + t.device().index);
+    out.push_back(t.is_contiguous());
+  };
+  out.push_back(static_cast<int64_t>(args.size()));
+  for (const Tensor& a : args) add(a);
+  for (const Tensor& s : state_) add(s);
+  for (const StepState& s : options_.state)
+    if (s.training) out.push_back(s.training());
+  out.push_back(grad_enabled());
+}
+
 namespace {
 
 std::string first_difference(const std::string& a, const std::string& b) {
@@ -167,11 +184,15 @@ std::shared_ptr<CompiledStep::Entry> CompiledStep::compile(const std::vector<Ten
 }
 
 std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
-  std::string key = key_for(args);
+  // The same shapes as the last call (the common case): no key string.
+  signature(args, signature_);
   std::shared_ptr<Entry> found;
-  if (last_ && key == last_key_) {
+  std::string key;
+  if (last_ && signature_ == last_signature_) {
     found = last_;
+    key = std::move(last_key_);
   } else {
+    key = key_for(args);
     for (auto& [k, e] : cache_)
       if (k == key) found = e;
   }
@@ -192,6 +213,7 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
   }
   last_ = found;
   last_key_ = std::move(key);
+  last_signature_.swap(signature_);
 
   const size_t first_scalar = state_.size() - refill_.size();
   refilled_.resize(refill_.size(), std::nan(""));
@@ -228,7 +250,8 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
   }
 #endif
   ++e.runs;
-  std::vector<Tensor> inputs = state_;
+  std::vector<Tensor>& inputs = inputs_;
+  inputs.assign(state_.begin(), state_.end());
   inputs.insert(inputs.end(), args.begin(), args.end());
   inputs.insert(inputs.end(), e.constants.begin(), e.constants.end());
   std::vector<Tensor> outs;
@@ -239,6 +262,7 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
     outs = interpret(e.traces.back(), inputs);
     for (size_t k = 0; k < e.updated_state.size(); ++k) state_[e.updated_state[k]].copy_(outs[e.num_outputs + k]);
   }
+  inputs.clear();  // the arguments are not held past the call
   for (size_t k = 0; k < e.grad_of.size(); ++k)
     state_[e.grad_of[k]].set_grad(outs[e.num_outputs + e.updated_state.size() + k].clone());
   outs.resize(e.num_outputs);

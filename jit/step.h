@@ -113,6 +113,8 @@ class CompiledStep {
 
  private:
   std::string key_for(const std::vector<Tensor>& args) const;
+  // What key_for says, as numbers (cheap to build and compare every call).
+  void signature(const std::vector<Tensor>& args, std::vector<int64_t>& out) const;
   std::shared_ptr<Entry> compile(const std::vector<Tensor>& args);
 
   Fn fn_;
@@ -125,6 +127,8 @@ class CompiledStep {
   std::vector<std::pair<std::string, std::shared_ptr<Entry>>> cache_;
   std::shared_ptr<Entry> last_;
   std::string last_key_, miss_reason_;
+  std::vector<int64_t> last_signature_, signature_;
+  std::vector<Tensor> inputs_;  // reused call to call
   int64_t compiles_ = 0, hits_ = 0;
 };
 
