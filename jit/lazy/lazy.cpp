@@ -24,6 +24,7 @@
 #include <volt/jit/executor.h>
 #include <volt/jit/fusion.h>
 #include <volt/jit/kernel_cache.h>
+#include <volt/jit/lazy/describe.h>
 #include <volt/jit/lazy/runner.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/pipeline.h>
@@ -154,6 +155,8 @@ struct State {
   std::list<std::shared_ptr<Entry>> lru;  // most recently used first
   std::unordered_map<std::string, std::list<std::shared_ptr<Entry>>::iterator> cache;
   std::shared_ptr<Entry> last_compiled;
+  detail::GraphDesc last_desc;  // the last compiled graph in words
+  std::string last_reason;      // why it was compiled
 
   std::map<std::string, int64_t> counters;
   int64_t nodes_recorded = 0;  // kept apart: bumped on every op
@@ -462,15 +465,68 @@ std::shared_ptr<Entry> compile(const Graph& g) {
   return e;
 }
 
-// The first line of graph key b that is not in a, for the compile log.
-std::string first_change(const std::string& a, const std::string& b) {
-  std::istringstream sa(a), sb(b);
-  std::string la, lb;
-  while (std::getline(sb, lb)) {
-    if (!std::getline(sa, la)) return "new line " + lb;
-    if (la != lb) return lb + " (was " + la + ")";
+// A node's attributes in words, named for its kind of op.
+std::string attrs_str(const Node& n) {
+  const Attrs& a = n.attrs;
+  std::ostringstream os;
+  const OpKind kind = op_info(n.op).kind;
+  if (!a.ints.empty()) {
+    os << (n.op == OpId::permute ? "order" : n.op == OpId::narrow ? "dim, start, length"
+           : kind == OpKind::Reduce ? "dims" : kind == OpKind::View || kind == OpKind::Random ? "shape"
+           : kind == OpKind::Window ? "window" : "ints")
+       << "=" << shape_str(a.ints);
   }
-  return "fewer lines";
+  auto sep = [&] { return os.tellp() > 0 ? ", " : ""; };
+  if (a.a != 0) os << sep() << "a=" << a.a;
+  if (a.b != 0) os << sep() << "b=" << a.b;
+  if (kind == OpKind::Convert || kind == OpKind::Random) os << sep() << "dtype=" << dtype_name(a.dtype);
+  if (a.flag) os << sep() << (kind == OpKind::Reduce ? "keepdim" : "flag");
+  return os.str();
+}
+
+// The graph in words, for the compile reason.
+detail::GraphDesc describe(const Graph& g) {
+  std::unordered_map<const Node*, int64_t> node_index;
+  std::unordered_map<const LazyValue*, int64_t> leaf_index;
+  for (size_t i = 0; i < g.nodes.size(); ++i) node_index[g.nodes[i]] = static_cast<int64_t>(i);
+  for (size_t i = 0; i < g.leaves.size(); ++i) leaf_index[g.leaves[i].get()] = static_cast<int64_t>(i);
+  auto value_desc = [&](const ValuePtr& v) {
+    detail::OperandDesc d;
+    if (v->node) {
+      d.kind = detail::OperandDesc::Node;
+      d.node = node_index.at(v->node.get());
+      d.output = v->output;
+    } else {
+      d.kind = detail::OperandDesc::Input;
+      d.input = leaf_index.at(v.get());
+      d.dtype = dtype_name(v->meta.dtype);
+      d.shape = shape_str(v->meta.sizes);
+    }
+    return d;
+  };
+  detail::GraphDesc desc;
+  for (const Node* n : g.nodes) {
+    detail::NodeDesc nd;
+    nd.op = op_name(n->op);
+    for (const Operand& o : n->operands) {
+      detail::OperandDesc d;
+      if (o.kind == Operand::Value) {
+        d = value_desc(o.value);
+      } else if (o.kind == Operand::Scalar && o.runtime) {
+        d.kind = detail::OperandDesc::RuntimeScalar;
+        d.dtype = dtype_name(o.runtime_dtype);
+      } else if (o.kind == Operand::Scalar) {
+        d.kind = detail::OperandDesc::Constant;
+        d.constant = o.scalar.repr();
+      }
+      nd.operands.push_back(std::move(d));
+    }
+    nd.attrs = attrs_str(*n);
+    for (const TensorMeta& m : n->outputs) nd.outputs.push_back(dtype_name(m.dtype) + shape_str(m.sizes));
+    desc.nodes.push_back(std::move(nd));
+  }
+  for (const ValuePtr& r : g.roots) desc.roots.push_back(value_desc(r).str());
+  return desc;
 }
 
 std::shared_ptr<Entry> lookup_or_compile(const Graph& g) {
@@ -481,15 +537,12 @@ std::shared_ptr<Entry> lookup_or_compile(const Graph& g) {
     return *it->second;
   }
   count("UncachedCompile");
-  static const bool log = [] {
-    const char* e = std::getenv("VOLT_LAZY_LOG");
-    return e && std::string(e).find("compile") != std::string::npos;
-  }();
-  if (log) {
-    std::cerr << "volt.lazy: compiling a graph of " << g.nodes.size() << " nodes";
-    if (s.last_compiled) std::cerr << "; first change from the last compiled graph: " << first_change(s.last_compiled->key, g.key);
-    std::cerr << "\n";
-  }
+  const char* log_env = std::getenv("VOLT_LAZY_LOG");  // read per compile: compiles are rare
+  const bool log = log_env && std::string(log_env).find("compile") != std::string::npos;
+  detail::GraphDesc desc = describe(g);
+  s.last_reason = s.last_compiled ? detail::compile_reason(s.last_desc, desc) : "the first graph";
+  s.last_desc = std::move(desc);
+  if (log) std::cerr << "volt.lazy: compiling a graph of " << g.nodes.size() << " nodes (" << s.last_reason << ")\n";
   std::shared_ptr<Entry> e = compile(g);
   s.last_compiled = e;
   if (s.cache_capacity == 0) return e;
@@ -919,6 +972,8 @@ const std::vector<jit::Trace>& last_compiled_traces() {
   static const std::vector<jit::Trace> none;
   return S().last_compiled ? S().last_compiled->traces : none;
 }
+
+std::string last_compile_reason() { return S().last_reason; }
 
 bool has_value(const Tensor& t) {
   VOLT_CHECK(t.defined() && t.device().is_lazy(), "lazy::has_value", "expected a lazy tensor");

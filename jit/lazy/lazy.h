@@ -24,8 +24,9 @@
 // A graph passes its first draw's (seed, offset) at run time and the others
 // relative to it, so the counters are not part of the cache key.
 //
-// VOLT_LAZY_LOG=compile prints each compile and the first line of the graph
-// key that differs from the last compiled graph (why it did not hit the cache).
+// VOLT_LAZY_LOG=compile prints each compile and why it did not hit the cache:
+// the first op, operand shape or dtype, or attribute that differs from the
+// last compiled graph (last_compile_reason() below).
 //
 // Eager autograd works on lazy tensors: backward() runs the VJP rules on lazy
 // tensors, so the backward pass lands in the same graph.  In-place ops
@@ -98,6 +99,10 @@ uint64_t graph_hash(const std::vector<Tensor>& tensors);
 std::string dump(const Tensor& t);
 // The traces the last compiled graph went through (lowered, CSE, fusion, ...).
 const std::vector<jit::Trace>& last_compiled_traces();
+// Why the last graph was compiled: "the first graph", or its first difference
+// from the graph compiled before it, in words ("mul (node 3): operand 0 has
+// shape [32, 10], was [64, 10]"); VOLT_LAZY_LOG=compile prints it with each compile.
+std::string last_compile_reason();
 // Whether t holds its value (true) or a pending node (false).
 bool has_value(const Tensor& t);
 
