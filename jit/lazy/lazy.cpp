@@ -24,6 +24,8 @@
 #include <volt/jit/executor.h>
 #include <volt/jit/fusion.h>
 #include <volt/jit/kernel_cache.h>
+#include <volt/jit/lazy/describe.h>
+#include <volt/jit/lazy/runner.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/report.h>
 #include <volt/jit/pipeline.h>
@@ -43,6 +45,10 @@ struct LazyValue {
   std::shared_ptr<Node> node;  // the producer while pending; null once `data` is set
   int output = 0;              // which output of `node`
   Tensor data;                 // on the backend device
+  // Or, once its graph was handed to the step runner (mark_step), output
+  // `run_index` of that run: `data` is taken from it when the value is read.
+  std::shared_ptr<detail::Run> run;
+  int run_index = 0;
   // Structural hash: op, attributes, operand hashes, shapes and dtypes; a
   // leaf's is its shape and dtype.  Orders a graph's roots canonically.
   uint64_t hash = 0;
@@ -128,8 +134,17 @@ std::set<std::string> fallback_from_env() {
   return r;
 }
 
+bool async_from_env() {
+  const char* e = std::getenv("VOLT_LAZY_ASYNC");
+  if (!e || !*e) return true;
+  std::string s = e;
+  VOLT_CHECK(s == "0" || s == "1", "VOLT_LAZY_ASYNC", "expected 0 or 1, got '" << s << "'");
+  return s == "1";
+}
+
 struct State {
   Device backend = backend_from_env();
+  bool async = async_from_env();
   std::set<std::string> forced_fallback = fallback_from_env();
   size_t size_limit = 100000;
   size_t pending_nodes = 0;  // recorded since the last graph of every live tensor ran
@@ -141,6 +156,8 @@ struct State {
   std::list<std::shared_ptr<Entry>> lru;  // most recently used first
   std::unordered_map<std::string, std::list<std::shared_ptr<Entry>>::iterator> cache;
   std::shared_ptr<Entry> last_compiled;
+  detail::GraphDesc last_desc;  // the last compiled graph in words
+  std::string last_reason;      // why it was compiled
 
   std::map<std::string, int64_t> counters;
   int64_t nodes_recorded = 0;  // kept apart: bumped on every op
@@ -152,6 +169,14 @@ State& S() {
 }
 
 void count(const std::string& name, int64_t by = 1) { S().counters[name] += by; }
+
+// Constructed after State (first used by a run), so destroyed before it: its
+// destructor lets queued runs finish while everything they use still exists.
+detail::Runner& runner() {
+  S();
+  static detail::Runner r;
+  return r;
+}
 
 // ------------------------------------------------------------ tensors and values
 
@@ -441,15 +466,68 @@ std::shared_ptr<Entry> compile(const Graph& g) {
   return e;
 }
 
-// The first line of graph key b that is not in a, for the compile log.
-std::string first_change(const std::string& a, const std::string& b) {
-  std::istringstream sa(a), sb(b);
-  std::string la, lb;
-  while (std::getline(sb, lb)) {
-    if (!std::getline(sa, la)) return "new line " + lb;
-    if (la != lb) return lb + " (was " + la + ")";
+// A node's attributes in words, named for its kind of op.
+std::string attrs_str(const Node& n) {
+  const Attrs& a = n.attrs;
+  std::ostringstream os;
+  const OpKind kind = op_info(n.op).kind;
+  if (!a.ints.empty()) {
+    os << (n.op == OpId::permute ? "order" : n.op == OpId::narrow ? "dim, start, length"
+           : kind == OpKind::Reduce ? "dims" : kind == OpKind::View || kind == OpKind::Random ? "shape"
+           : kind == OpKind::Window ? "window" : "ints")
+       << "=" << shape_str(a.ints);
   }
-  return "fewer lines";
+  auto sep = [&] { return os.tellp() > 0 ? ", " : ""; };
+  if (a.a != 0) os << sep() << "a=" << a.a;
+  if (a.b != 0) os << sep() << "b=" << a.b;
+  if (kind == OpKind::Convert || kind == OpKind::Random) os << sep() << "dtype=" << dtype_name(a.dtype);
+  if (a.flag) os << sep() << (kind == OpKind::Reduce ? "keepdim" : "flag");
+  return os.str();
+}
+
+// The graph in words, for the compile reason.
+detail::GraphDesc describe(const Graph& g) {
+  std::unordered_map<const Node*, int64_t> node_index;
+  std::unordered_map<const LazyValue*, int64_t> leaf_index;
+  for (size_t i = 0; i < g.nodes.size(); ++i) node_index[g.nodes[i]] = static_cast<int64_t>(i);
+  for (size_t i = 0; i < g.leaves.size(); ++i) leaf_index[g.leaves[i].get()] = static_cast<int64_t>(i);
+  auto value_desc = [&](const ValuePtr& v) {
+    detail::OperandDesc d;
+    if (v->node) {
+      d.kind = detail::OperandDesc::Node;
+      d.node = node_index.at(v->node.get());
+      d.output = v->output;
+    } else {
+      d.kind = detail::OperandDesc::Input;
+      d.input = leaf_index.at(v.get());
+      d.dtype = dtype_name(v->meta.dtype);
+      d.shape = shape_str(v->meta.sizes);
+    }
+    return d;
+  };
+  detail::GraphDesc desc;
+  for (const Node* n : g.nodes) {
+    detail::NodeDesc nd;
+    nd.op = op_name(n->op);
+    for (const Operand& o : n->operands) {
+      detail::OperandDesc d;
+      if (o.kind == Operand::Value) {
+        d = value_desc(o.value);
+      } else if (o.kind == Operand::Scalar && o.runtime) {
+        d.kind = detail::OperandDesc::RuntimeScalar;
+        d.dtype = dtype_name(o.runtime_dtype);
+      } else if (o.kind == Operand::Scalar) {
+        d.kind = detail::OperandDesc::Constant;
+        d.constant = o.scalar.repr();
+      }
+      nd.operands.push_back(std::move(d));
+    }
+    nd.attrs = attrs_str(*n);
+    for (const TensorMeta& m : n->outputs) nd.outputs.push_back(dtype_name(m.dtype) + shape_str(m.sizes));
+    desc.nodes.push_back(std::move(nd));
+  }
+  for (const ValuePtr& r : g.roots) desc.roots.push_back(value_desc(r).str());
+  return desc;
 }
 
 std::shared_ptr<Entry> lookup_or_compile(const Graph& g, Reason why) {
@@ -460,15 +538,12 @@ std::shared_ptr<Entry> lookup_or_compile(const Graph& g, Reason why) {
     return *it->second;
   }
   count("UncachedCompile");
-  static const bool log = [] {
-    const char* e = std::getenv("VOLT_LAZY_LOG");
-    return e && std::string(e).find("compile") != std::string::npos;
-  }();
-  if (log) {
-    std::cerr << "volt.lazy: compiling a graph of " << g.nodes.size() << " nodes";
-    if (s.last_compiled) std::cerr << "; first change from the last compiled graph: " << first_change(s.last_compiled->key, g.key);
-    std::cerr << "\n";
-  }
+  const char* log_env = std::getenv("VOLT_LAZY_LOG");  // read per compile: compiles are rare
+  const bool log = log_env && std::string(log_env).find("compile") != std::string::npos;
+  detail::GraphDesc desc = describe(g);
+  s.last_reason = s.last_compiled ? detail::compile_reason(s.last_desc, desc) : "the first graph";
+  s.last_desc = std::move(desc);
+  if (log) std::cerr << "volt.lazy: compiling a graph of " << g.nodes.size() << " nodes (" << s.last_reason << ")\n";
   std::shared_ptr<Entry> e = compile(g);
   s.last_compiled = e;
   if (jit::report_enabled()) jit::report_lazy_compile(e->traces, g.key, reason_name(why), g.nodes.size());
@@ -489,7 +564,29 @@ Tensor scalar_tensor(const Operand& o) {
   return S().backend.is_cpu() ? t : t.to(S().backend);
 }
 
-// Runs the graph behind `values` (those still pending) and gives them their data.
+// Waits for a value handed to the step runner and takes its data; a failed
+// run's error is thrown here (and on every later read of its values).
+void settle(LazyValue& v) {
+  if (!v.run) return;
+  count("Time.wait_us", runner().wait(*v.run));
+  if (v.run->error) {
+    runner().take_error();  // reported now, not again by wait_device_ops
+    std::rethrow_exception(v.run->error);
+  }
+  v.data = v.run->outs.at(static_cast<size_t>(v.run_index));
+  v.run.reset();
+}
+
+// A graph input as the runner sees it: data, or an earlier run's output.
+detail::Input input_of(const LazyValue& v) {
+  if (v.run) return {Tensor(), v.run, v.run_index};
+  return {v.data, nullptr, 0};
+}
+
+// Runs the graph behind `values` (those still pending).  On the CPU with
+// asynchronous steps on, a mark_step's graph (or a size-limit cut) goes to the
+// step runner and its roots take their data when read; other graphs (a value
+// is needed now) wait for the runs they read and run here.
 void run_graph(std::vector<ValuePtr> values, Reason why) {
   std::vector<ValuePtr> roots;
   std::unordered_set<const LazyValue*> seen;
@@ -497,25 +594,52 @@ void run_graph(std::vector<ValuePtr> values, Reason why) {
     if (v && v->node && seen.insert(v.get()).second) roots.push_back(std::move(v));
   if (roots.empty()) return;
   auto t0 = Clock::now();
+  State& s = S();
   count(std::string("RunGraph.") + reason_name(why));
   Graph g = build_graph(roots);
   std::shared_ptr<Entry> e = lookup_or_compile(g, why);
+  const bool async = s.async && s.backend.is_cpu() && (why == Reason::MarkStep || why == Reason::SizeLimit);
 
-  std::vector<Tensor> inputs;
+  std::vector<detail::Input> inputs;
   inputs.reserve(g.leaves.size() + g.scalars.size());
-  for (const ValuePtr& l : g.leaves) inputs.push_back(l->data);
-  for (const Operand* o : g.scalars) inputs.push_back(scalar_tensor(*o));
-  auto x0 = Clock::now();
-  std::vector<Tensor> outs;
-  {
-    NoGradGuard no_grad;
-    outs = jit::interpret(e->traces.back(), inputs, &g.rng);
+  for (const ValuePtr& l : g.leaves) {
+    if (!async) settle(*l);
+    inputs.push_back(input_of(*l));
   }
-  count("Time.execute_us", us_since(x0));
+  for (const Operand* o : g.scalars) inputs.push_back({scalar_tensor(*o), nullptr, 0});
+  // The job holds its inputs' tensors (and the runs they come from) until it is
+  // done, and the compiled entry; nothing of the graph's nodes.
+  detail::Runner::Job job = [e, inputs = std::move(inputs), rng = g.rng, async] {
+    std::vector<Tensor> in;
+    in.reserve(inputs.size());
+    for (const detail::Input& i : inputs) in.push_back(detail::resolve(i));  // an earlier run's error passes on
+    NoGradGuard no_grad;
+    if (!async) return jit::interpret(e->traces.back(), in, &rng);
+    try {
+      return jit::interpret(e->traces.back(), in, &rng);
+    } catch (const Error& err) {
+      const std::string where = detail::failing_op(e->traces.front(), in, rng);
+      throw Error("lazy: the step run after mark_step failed" + (where.empty() ? "" : " in " + where) + ": " + err.what());
+    }
+  };
+  std::shared_ptr<detail::Run> run;
+  if (async) {
+    run = runner().submit(std::move(job));
+  } else {
+    run = detail::Runner::run_here(job);
+    count("Time.execute_us", run->execute_us);
+    if (run->error) std::rethrow_exception(run->error);  // the roots stay pending
+  }
   for (size_t i = 0; i < g.roots.size(); ++i) {
-    g.roots[i]->data = outs[i];
-    g.roots[i]->node.reset();  // frees the graph behind it once nothing else needs it
-    g.roots[i]->hash = leaf_hash(g.roots[i]->meta);  // now a leaf: its history is not structure
+    LazyValue& r = *g.roots[i];
+    if (async) {
+      r.run = run;
+      r.run_index = static_cast<int>(i);
+    } else {
+      r.data = run->outs[i];
+    }
+    r.node.reset();  // frees the graph behind it once nothing else needs it
+    r.hash = leaf_hash(r.meta);  // now a leaf: its history is not structure
   }
   count("Time.sync_us", us_since(t0));
 }
@@ -534,6 +658,7 @@ void run_live(Reason why) {
 
 const Tensor& data_of(const ValuePtr& v, Reason why) {
   if (v->node) run_graph({v}, why);
+  settle(*v);
   return v->data;
 }
 
@@ -549,7 +674,8 @@ std::vector<Tensor> fallback(const OpCall& call) {
   run_graph(pending, Reason::Fallback);
   OpCall c = call;
   for (Value& v : c.args)
-    if (v.is_tensor && v.tensor.defined() && v.tensor.device().is_lazy()) v.tensor = current(*state_of(v.tensor))->data;
+    if (v.is_tensor && v.tensor.defined() && v.tensor.device().is_lazy())
+      v.tensor = data_of(current(*state_of(v.tensor)), Reason::Fallback);
   if (c.attrs.device.is_lazy()) c.attrs.device = S().backend;
   std::vector<Tensor> outs;
   {
@@ -765,6 +891,9 @@ void mark_step() {
 }
 
 void wait_device_ops() {
+  count("Time.wait_us", runner().wait_all());
+  if (std::exception_ptr e = runner().take_error()) std::rethrow_exception(e);
+  if (S().backend.is_cpu()) return;
   if (Backend* be = backend_for(S().backend.type)) be->synchronize();
 }
 
@@ -772,8 +901,12 @@ void sync(const std::vector<Tensor>& tensors) {
   std::vector<ValuePtr> values;
   for (const Tensor& t : tensors)
     if (t.defined() && t.device().is_lazy()) values.push_back(current(*state_of(t)));
-  run_graph(std::move(values), Reason::ValueNeeded);
+  run_graph(values, Reason::ValueNeeded);
+  for (const ValuePtr& v : values) settle(*v);
 }
+
+void set_async(bool on) { S().async = on; }
+bool async() { return S().async; }
 
 void set_backend(Device device) {
   VOLT_CHECK(device.is_cpu() || device.is_cuda(), "lazy::set_backend",
@@ -782,6 +915,7 @@ void set_backend(Device device) {
              "device " << device.str() << " is not available (no CUDA backend in this build, or no GPU)");
   if (device == S().backend) return;
   run_live(Reason::MarkStep);  // pending graphs finish where they were recorded for
+  wait_device_ops();
   S().backend = device;
   clear_cache();  // compiled graphs are for one device
 }
@@ -841,6 +975,8 @@ const std::vector<jit::Trace>& last_compiled_traces() {
   return S().last_compiled ? S().last_compiled->traces : none;
 }
 
+std::string last_compile_reason() { return S().last_reason; }
+
 bool has_value(const Tensor& t) {
   VOLT_CHECK(t.defined() && t.device().is_lazy(), "lazy::has_value", "expected a lazy tensor");
   return current(*state_of(t))->node == nullptr;
@@ -848,7 +984,13 @@ bool has_value(const Tensor& t) {
 
 namespace metrics {
 
+// The step runner's execution time joins the counters when they are read.
+static void absorb_runner_time() {
+  if (int64_t us = runner().take_execute_us()) count("Time.execute_us", us);
+}
+
 std::vector<std::string> counter_names() {
+  absorb_runner_time();
   std::vector<std::string> r;
   for (const auto& [name, v] : S().counters)
     if (v != 0) r.push_back(name);
@@ -858,6 +1000,7 @@ std::vector<std::string> counter_names() {
 }
 
 int64_t counter_value(const std::string& name) {
+  absorb_runner_time();
   if (name == "NodesRecorded") return S().nodes_recorded;
   auto it = S().counters.find(name);
   return it == S().counters.end() ? 0 : it->second;
@@ -870,6 +1013,7 @@ std::string report() {
 }
 
 void reset() {
+  runner().take_execute_us();
   S().counters.clear();
   S().nodes_recorded = 0;
 }

@@ -24,8 +24,9 @@
 // A graph passes its first draw's (seed, offset) at run time and the others
 // relative to it, so the counters are not part of the cache key.
 //
-// VOLT_LAZY_LOG=compile prints each compile and the first line of the graph
-// key that differs from the last compiled graph (why it did not hit the cache).
+// VOLT_LAZY_LOG=compile prints each compile and why it did not hit the cache:
+// the first op, operand shape or dtype, or attribute that differs from the
+// last compiled graph (last_compile_reason() below).
 //
 // Eager autograd works on lazy tensors: backward() runs the VJP rules on lazy
 // tensors, so the backward pass lands in the same graph.  In-place ops
@@ -33,6 +34,10 @@
 //
 // A view of a lazy tensor sees later in-place writes to its base (reading it
 // replays the view op on the base's new value), as shared storage would.
+//
+// mark_step() hands its graph to a worker thread (see mark_step below): the
+// graph's inputs are held until it is done and its outputs are new tensors, so
+// nothing the program holds is written while it runs.
 //
 // Limits: one thread records; writing in place into a view of a lazy tensor is
 // an error (its base would not see the write); a graph's random draws must all
@@ -47,12 +52,25 @@
 
 namespace volt::lazy {
 
-// Runs the pending graph of every live lazy tensor, then starts a new graph.
+// Cuts the trace: the pending graph of every live lazy tensor starts running,
+// and recording goes on into a new graph.  On the CPU the graph runs on the
+// lazy device's worker thread while the program records the next step (on
+// CUDA its kernels are queued on the stream); reading one of its values
+// (item(), printing, to(kCPU)) waits for it.  An error inside such a run is
+// thrown by the next read of its values or by wait_device_ops().
 void mark_step();
-// Waits for graphs the backend still runs (a no-op for the synchronous CPU backend).
+// Waits for every graph still running; throws the first error among them not
+// yet thrown by a read.
 void wait_device_ops();
-// Runs the pending graphs of these tensors (one graph for all of them).
+// Runs the pending graphs of these tensors (one graph for all of them) and
+// waits for their values.
 void sync(const std::vector<Tensor>& tensors);
+
+// Whether mark_step() returns before its graph has run (default on;
+// VOLT_LAZY_ASYNC=0 at start-up turns it off).  Off, mark_step() runs the
+// graph before it returns, on the recording thread.
+void set_async(bool on);
+bool async();
 
 // Where lazy graphs run: the CPU (default) or CUDA where that backend is built
 // and a GPU is present.  VOLT_LAZY_BACKEND=cpu|cuda sets it at start-up.
@@ -81,6 +99,10 @@ uint64_t graph_hash(const std::vector<Tensor>& tensors);
 std::string dump(const Tensor& t);
 // The traces the last compiled graph went through (lowered, CSE, fusion, ...).
 const std::vector<jit::Trace>& last_compiled_traces();
+// Why the last graph was compiled: "the first graph", or its first difference
+// from the graph compiled before it, in words ("mul (node 3): operand 0 has
+// shape [32, 10], was [64, 10]"); VOLT_LAZY_LOG=compile prints it with each compile.
+std::string last_compile_reason();
 // Whether t holds its value (true) or a pending node (false).
 bool has_value(const Tensor& t);
 
@@ -88,8 +110,9 @@ namespace metrics {
 // Counters: CachedCompile, UncachedCompile, MarkStep, RunGraph.<reason>
 // (value_needed, mark_step, size_limit, fallback), Fallback.<op>,
 // Transfer.to_lazy, Transfer.to_host, NodesRecorded, and times in
-// microseconds: Time.sync_us (hash, lookup, compile and run), Time.compile_us,
-// Time.execute_us.
+// microseconds: Time.sync_us (hash, lookup, compile and run or hand over),
+// Time.compile_us, Time.execute_us (running graphs, on either thread),
+// Time.wait_us (the recording thread waiting for mark_step's runs).
 std::vector<std::string> counter_names();  // sorted; only counters that are nonzero
 int64_t counter_value(const std::string& name);  // 0 for an unknown counter
 std::string report();  // one "name: value" line per counter
