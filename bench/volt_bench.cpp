@@ -39,6 +39,7 @@
 
 #include "common.h"
 #include "cpu_figures.h"
+#include "distributed.h"
 #include <volt/data/dataset.h>
 #include <volt/jit/jit.h>
 #include <volt/jit/step.h>
@@ -806,6 +807,7 @@ void add_cpu_figures(const Options& o, std::vector<Metric>& metrics) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (bench_dist::wanted(argc, argv)) return bench_dist::run(argc, argv);  // under mpirun (bench/distributed.cpp)
   const Options o = parse_args(argc, argv);
   try {
     if (o.threads > 0) cpu::set_num_threads(o.threads);

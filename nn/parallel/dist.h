@@ -45,6 +45,8 @@ Tensor all_gather(const Tensor& t);
 // A non-blocking all-reduce (MPI_Iallreduce) in flight.  wait() finishes it
 // (applying Average's division); test() lets MPI make progress and says
 // whether it is done.  The tensor must stay alive and untouched until then.
+// As in MPI, it matches only a non-blocking all-reduce on the other ranks,
+// never a blocking all_reduce().
 class Work {
  public:
   struct State;
