@@ -411,6 +411,14 @@ void section_passes(std::ostringstream& os, const CompileRecord& r) {
   }
 }
 
+// What the program computes, in a few words.
+std::string program_of(const CompileRecord& r) {
+  if (r.kind == "step") return "forward, backward and optimizer in one program";
+  if (r.kind == "lazy") return "a lazy graph";
+  if (!r.backward_traces.empty()) return "forward, with a backward trace for gradients";
+  return "forward only";
+}
+
 }  // namespace
 
 std::string render_page(const CompileRecord& r) {
@@ -420,7 +428,7 @@ std::string render_page(const CompileRecord& r) {
         "href=\"#memory\">memory</a><a href=\"#graph\">graph</a><a href=\"#kernels\">kernels</a><a "
         "href=\"#passes\">passes</a></nav>\n";
   os << "<h1>" << html_escape(r.title) << "</h1>\n<p>A compiled " << html_escape(r.kind == "lazy" ? "lazy graph" : r.kind == "step" ? "training step" : "jit function")
-     << ": " << r.traces.size() + r.backward_traces.size()
+     << " (" << html_escape(program_of(r)) << "): " << r.traces.size() + r.backward_traces.size()
      << " traces. The first is what tracing recorded, every later one is what a pass made of the one before "
         "it (see <a href=\"#passes\">every pass</a> at the bottom), and the last one runs: its graph and its "
         "kernels are shown first.</p>\n";
@@ -438,9 +446,10 @@ std::string render_page(const CompileRecord& r) {
 std::string render_index(const std::vector<CompileRecord>& pages) {
   std::ostringstream os;
   os << page_head("volt jit report");
-  os << "<h1>volt jit report</h1>\n<p>One page per compiled program, in the order they were compiled. Open one "
-        "to follow it from the first trace to its kernels.</p>\n<table class=\"index\">\n<tr><th>page</th><th>kind"
-        "</th><th>why compiled</th><th>passes</th><th>kernels</th><th>compile ms</th></tr>\n";
+  os << "<h1>volt jit report</h1>\n<p>One page per compiled program, in the order they were compiled (jitted "
+        "functions are numbered in the order they first compiled). Open one to follow it from the first trace to "
+        "its kernels.</p>\n<table class=\"index\">\n<tr><th>page</th><th>kind</th><th>program</th><th>why "
+        "compiled</th><th>passes</th><th>kernels</th><th>compile ms</th></tr>\n";
   for (const CompileRecord& r : pages) {
     double ms = 0;
     int kernels = 0;
@@ -449,7 +458,8 @@ std::string render_index(const std::vector<CompileRecord>& pages) {
     for (const FinalTrace& f : finals(r))
       for (const BoundSymbol& b : f.trace->bsyms) kernels += b.kernel ? 1 : 0;
     os << "<tr><td><a href=\"" << html_escape(r.file) << "\">" << html_escape(r.title) << "</a></td><td>"
-       << html_escape(r.kind) << "</td><td>" << html_escape(r.reason) << "</td><td class=\"num\">"
+       << html_escape(r.kind) << "</td><td>" << program_of(r) << "</td><td>" << html_escape(r.reason)
+       << "</td><td class=\"num\">"
        << r.traces.size() + r.backward_traces.size() << "</td><td class=\"num\">" << kernels
        << "</td><td class=\"num\">" << fmt_ms(ms) << "</td></tr>\n";
   }

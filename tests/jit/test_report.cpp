@@ -82,6 +82,9 @@ TEST_CASE("report: VOLT_JIT_REPORT's writer covers jit functions, a compiled ste
   const fs::path dir = fs::temp_directory_path() / ("volt-report-env-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   jit::set_report_dir(dir.string());
+  struct Stop {  // later tests run without the report, whatever happens here
+    ~Stop() { jit::set_report_dir(""); }
+  } stop;
   manual_seed(0);
   auto f = jit::jit([](const std::vector<Tensor>& in) { return std::vector<Tensor>{(in[0] * 2.0).exp()}; });
   f({Tensor::ones({3})});
