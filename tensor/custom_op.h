@@ -26,6 +26,11 @@ struct CustomOpDef {
   MetaFn meta;
   Fn kernel;
   VjpFn vjp;
+  // How traces print a call: arguments from the first named one on print as
+  // name=value; a scalar argument prints as scalar_repr says ("" or unset: as
+  // a number), e.g. 'mean' for a reduction passed as its int.
+  std::vector<std::string> arg_names;
+  std::function<std::string(size_t index, const Scalar& value)> scalar_repr;
 };
 
 // Registers an op and returns its id (the value of Attrs::custom).
