@@ -39,6 +39,8 @@ Symbol OperatorExecutor::register_operator(const std::string& name, OperatorDef 
   c.meta = def.meta;
   c.kernel = def.fn;
   c.vjp = def.grad;
+  c.arg_names = std::move(def.arg_names);
+  c.scalar_repr = std::move(def.scalar_repr);
   int64_t id = register_custom_op(std::move(c));
   operators_.push_back(id);
   note_operator_owner(id, *this);
@@ -93,7 +95,7 @@ bool checker_accepts(const OperatorExecutor& ex, const OperatorExecutor::Impleme
                      const OpCall& c) {
   if (!impl.checker) return true;
   try {
-    return impl.checker(c.args);
+    return impl.checker(executor_arguments(c));
   } catch (const std::exception& e) {
     VOLT_FAIL(ex.name(), "the checker for " << op_name(c) << " threw: " << e.what());
   }
@@ -145,7 +147,7 @@ Claim OperatorExecutor::claim(const BoundSymbol& b, ProxyNames& names) const {
   const Implementation* impl = implementation_for(b.call);
   std::vector<Tensor> results;
   std::vector<BoundSymbol> made = record(
-      names, [&] { results = impl->execution_transform(b.call.args); }, /*flatten=*/false);
+      names, [&] { results = impl->execution_transform(executor_arguments(b.call)); }, /*flatten=*/false);
   VOLT_CHECK(results.size() >= b.outputs.size(), name(),
              "the execution transform for " << op_name(b.call) << " returned " << results.size()
                                             << " tensors, the op has " << b.outputs.size());

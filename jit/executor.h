@@ -111,6 +111,9 @@ class OperatorExecutor : public Executor {
     MetaFn meta{};
     Fn fn{};
     CustomOpDef::VjpFn grad{};  // a prim's VJP: (inputs, output grads) -> input grads
+    // How traces print its calls (tensor/custom_op.h): keyword names, scalars.
+    std::vector<std::string> arg_names{};
+    std::function<std::string(size_t, const Scalar&)> scalar_repr{};
   };
   struct Implementation {
     Checker checker{};               // may this executor take the op here? (null: always)

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include <volt/tensor/cross_entropy.h>
 #include <volt/tensor/custom_op.h>
 
 namespace volt::jit {
@@ -42,6 +43,17 @@ void remove_default_executor(Executor& ex) {
   VOLT_CHECK(&ex != &eager_executor(), "remove_default_executor",
              "eager runs every op no other executor claims; it cannot be removed");
   remove_builtin_executor(ex);
+}
+
+std::vector<Value> executor_arguments(const OpCall& c) {
+  std::vector<Value> r = c.args;
+  if (c.op == OpId::cross_entropy || c.op == OpId::cross_entropy_backward || c.op == OpId::nll_loss) {
+    const CrossEntropyOptions o = cross_entropy_options(c.attrs);
+    r.emplace_back(static_cast<int64_t>(o.reduction));
+    r.emplace_back(o.ignore_index);
+    if (c.op != OpId::nll_loss) r.emplace_back(o.label_smoothing);
+  }
+  return r;
 }
 
 void note_operator_owner(int64_t id, const Executor& ex) {

@@ -32,6 +32,14 @@ void add_default_executor(Executor& ex);
 // Takes `ex` out of the defaults; eager, which runs whatever nobody claimed, stays.
 void remove_default_executor(Executor& ex);
 
+// What an implementation's checker and transforms receive for a call: its
+// arguments, then the options volt keeps in the call's attributes, in the
+// order the op's signature has them: cross_entropy(logits, target, reduction,
+// ignore_index, label_smoothing), nll_loss(logp, target, reduction,
+// ignore_index), cross_entropy_backward(g, logits, target, reduction,
+// ignore_index, label_smoothing).  Reduction is its int value (Reduction's).
+std::vector<Value> executor_arguments(const OpCall& c);
+
 // ---- used by OperatorExecutor and the claim pass
 
 // Which executor registered custom op `id` (nullptr: none, e.g. volt's own).

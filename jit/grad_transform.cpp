@@ -2,6 +2,7 @@
 
 #include <unordered_set>
 
+#include <volt/jit/executor_registry.h>
 #include <volt/jit/tracer.h>
 #include <volt/tensor/custom_op.h>
 #include <volt/tensor/ops.h>
@@ -77,7 +78,7 @@ ExpandedGradTransform expand_grad_transform(const GradTransformFn& transform, co
   std::vector<BoundSymbol> all;
   {
     ContextGuard guard(&ctx);
-    all = record(names, [&] { ret = transform(b.call.args); }, /*flatten=*/false);
+    all = record(names, [&] { ret = transform(executor_arguments(b.call)); }, /*flatten=*/false);
   }
   VOLT_CHECK(ret.size() == b.outputs.size(), op,
              "its grad transform returned " << ret.size() << " values; it must return the op's " << b.outputs.size()

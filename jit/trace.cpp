@@ -51,9 +51,13 @@ std::string call_str(const ProxyNames& names, const OpCall& c, bool prim_prefix)
     if (!first) os << ", ";
     first = false;
   };
-  for (const Value& v : c.args) {
+  const CustomOpDef* custom = c.op == OpId::custom ? &custom_op(at.custom) : nullptr;
+  for (size_t i = 0; i < c.args.size(); ++i) {
+    const Value& v = c.args[i];
     sep();
-    os << (v.is_tensor ? names.name(v.tensor) : v.scalar.repr());
+    if (custom && i < custom->arg_names.size() && !custom->arg_names[i].empty()) os << custom->arg_names[i] << "=";
+    std::string shown = !v.is_tensor && custom && custom->scalar_repr ? custom->scalar_repr(i, v.scalar) : "";
+    os << (v.is_tensor ? names.name(v.tensor) : shown.empty() ? v.scalar.repr() : shown);
   }
   switch (op_info(c.op).kind) {
     case OpKind::Convert: sep(); os << dtype_name(at.dtype); break;
@@ -147,7 +151,12 @@ void print_bsym(std::ostream& os, const ProxyNames& names, const BoundSymbol& b,
   os << indent << (depth > 0 ? "# " : "") << outs << " = " << call_str(names, b.call, as_prim);
   if (b.outputs.size() == 1) os << "  # " << type_comment(names, b.outputs[0]);
   os << "\n";
+  // An executor's own prim called at top level holds just itself: one line says it.
+  const bool just_itself = b.call.op == OpId::custom && b.subsymbols.size() == 1 &&
+                           b.subsymbols[0].call.op == OpId::custom && b.subsymbols[0].subsymbols.empty() &&
+                           b.subsymbols[0].call.attrs.custom == b.call.attrs.custom;
   for (const BoundSymbol& s : b.subsymbols) {
+    if (just_itself) break;
     bool only_unused = !s.outputs.empty();
     for (const Tensor& o : s.outputs) only_unused = only_unused && unused.count(id_of(o));
     if (!only_unused) print_bsym(os, names, s, depth + 1);

@@ -30,6 +30,11 @@ struct CustomOpDef {
   // in the same order; the jit runs it right after its last input is made
   // (jit/collectives.h) and never moves it into a fused region.
   bool collective = false;
+  // How traces print a call: arguments from the first named one on print as
+  // name=value; a scalar argument prints as scalar_repr says ("" or unset: as
+  // a number), e.g. 'mean' for a reduction passed as its int.
+  std::vector<std::string> arg_names;
+  std::function<std::string(size_t index, const Scalar& value)> scalar_repr;
 };
 
 // Registers an op and returns its id (the value of Attrs::custom).
