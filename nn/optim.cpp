@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include <volt/tensor/cpu_threads.h>
 #include <volt/tensor/cuda/optim.h>
 #include <volt/tensor/dispatch.h>
 #include <volt/tensor/ops.h>
@@ -150,14 +151,14 @@ void adam_multi(const std::vector<AdamWork<T>>& work) {
     total += work[w].n;
   }
   const int64_t nb = static_cast<int64_t>(blocks.size());
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (total >= kParallelGrain)
-#endif
-  for (int64_t b = 0; b < nb; ++b) {
-    const AdamWork<T>& w = work[blocks[b].first];
-    const int64_t i = blocks[b].second;
-    adam_block<T>(w.p + i, w.g + i, w.m + i, w.v + i, std::min(kAdamBlock, w.n - i), w.c);
-  }
+  // On volt's threads (tensor/cpu_threads.h), as the backend's loops: one set of threads.
+  cpu::parallel_for(nb, total >= kParallelGrain ? 1 : std::max<int64_t>(1, nb), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const AdamWork<T>& w = work[blocks[b].first];
+      const int64_t i = blocks[b].second;
+      adam_block<T>(w.p + i, w.g + i, w.m + i, w.v + i, std::min(kAdamBlock, w.n - i), w.c);
+    }
+  });
 }
 
 // p, g, buf: (n); buf is null when momentum is 0.

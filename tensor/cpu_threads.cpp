@@ -31,12 +31,16 @@ constexpr int64_t kDefaultSpinMicros = 50;
 // Long enough to bridge the gap between two GEMMs of a training step (waking a
 // sleeping virtual CPU can take longer than a small GEMM), short enough that a
 // waiting thread costs a busy machine little.
+// While the machine is busy (see Backoff) threads do not spin at all: a
+// spinning thread takes the core from the one doing the work.
+std::atomic<bool> g_busy{false};
+
 int64_t spin_micros() {
   static const int64_t us = [] {
     const char* v = std::getenv("VOLT_CPU_SPIN_US");
     return v && *v ? std::max<int64_t>(0, std::atoll(v)) : int64_t(kDefaultSpinMicros);
   }();
-  return us;
+  return g_busy.load(std::memory_order_relaxed) ? 0 : us;
 }
 // A region holds at most this many tasks (more run serially; parallel_for
 // makes a few per thread).
@@ -74,6 +78,71 @@ int default_threads() {
 
 thread_local bool in_region = false;
 
+using Clock = std::chrono::steady_clock;
+
+// Graceful degradation on a busy machine.  When the cores are shared with
+// other processes, a thread of a region can be descheduled for a whole time
+// slice (milliseconds), and the caller then waits for it at the region's end
+// longer than the region's work took: two threads run slower than one.  Such
+// regions mark the machine busy for 2 s (renewed by every slow region): regions
+// then run on volt's own workers, which do not spin while it is busy (OpenMP's
+// idle threads spin for milliseconds, and a thread spinning on one of two
+// shared cores starves the one doing the work).  A slow region while busy
+// also runs the next ones on the calling thread alone for a while (20 ms,
+// doubling while the next try is slow again, up to 1 s).  Which thread runs a
+// task never changes a result.
+class Backoff {
+ public:
+  bool busy(Clock::time_point now) {
+    if (busy_until_ == Clock::time_point{}) return false;
+    if (now < busy_until_) return true;
+    busy_until_ = Clock::time_point{};
+    g_busy.store(false, std::memory_order_relaxed);
+    return false;
+  }
+  bool serial_now() {
+    if (serial_until_ == Clock::time_point{}) return false;
+    if (Clock::now() < serial_until_) return true;
+    serial_until_ = Clock::time_point{};
+    probing_ = true;
+    return false;
+  }
+  // start: the region began; caller_done: the caller ran out of tasks; end: every
+  // thread finished.  The straggler wait is end - caller_done.
+  void judge(Clock::time_point start, Clock::time_point caller_done, Clock::time_point end) {
+    const auto wait = end - caller_done, work = caller_done - start;
+    const bool slow = wait > std::chrono::microseconds(kStragglerMicros) && wait > work;
+    if (slow && busy_until_ == Clock::time_point{}) {
+      // Three slow regions within 200 ms (not one preemption) mark the machine
+      // busy: stop spinning, stay parallel.
+      if (strikes_ == 0 || end - first_strike_ > std::chrono::milliseconds(200)) {
+        strikes_ = 0;
+        first_strike_ = end;
+      }
+      if (++strikes_ >= 3) {
+        strikes_ = 0;
+        busy_until_ = end + std::chrono::microseconds(kBusyMicros);
+        g_busy.store(true, std::memory_order_relaxed);
+      }
+    } else if (slow) {
+      busy_until_ = end + std::chrono::microseconds(kBusyMicros);
+      period_ = probing_ ? std::min(period_ * 2, std::chrono::microseconds(kMaxMicros))
+                         : std::chrono::microseconds(kFirstMicros);
+      serial_until_ = end + period_;
+    }
+    probing_ = false;
+  }
+
+ private:
+  static constexpr int64_t kStragglerMicros = 1000, kFirstMicros = 20000, kMaxMicros = 1000000;
+  static constexpr int64_t kBusyMicros = 2000000;
+  Clock::time_point busy_until_{}, first_strike_{};
+  int strikes_ = 0;
+  Clock::time_point serial_until_{};
+  std::chrono::microseconds period_{kFirstMicros};
+  bool probing_ = false;  // the region after a serial period
+};
+
 class Pool {
  public:
   static Pool& get() {
@@ -91,12 +160,20 @@ class Pool {
   void run(int64_t tasks, void (*fn)(const void*, int64_t), const void* ctx) {
     std::unique_lock<std::mutex> lock(run_mutex_, std::try_to_lock);
     const int threads = threads_.load(std::memory_order_relaxed);
-    if (tasks <= 1 || threads <= 1 || in_region || !lock.owns_lock() || tasks > kMaxTasks) {
+    if (tasks <= 1 || threads <= 1 || in_region || !lock.owns_lock() || tasks > kMaxTasks ||
+        backoff_.serial_now()) {
       for (int64_t t = 0; t < tasks; ++t) fn(ctx, t);
       return;
     }
+    const auto start = Clock::now();
+    const bool busy = backoff_.busy(start);
+    Clock::time_point caller_done;
 #ifdef _OPENMP
-    if (use_openmp_) return run_openmp(threads, tasks, fn, ctx);
+    if (use_openmp_ && !busy) {
+      run_openmp(threads, tasks, fn, ctx, caller_done);
+      backoff_.judge(start, caller_done, Clock::now());
+      return;
+    }
 #endif
     ensure_workers(threads - 1);
     active_.store(threads - 1, std::memory_order_relaxed);
@@ -114,9 +191,11 @@ class Pool {
     in_region = true;
     work(epoch);
     in_region = false;
+    caller_done = Clock::now();
     // Wait for the tasks other threads claimed.
     if (!spin_until([&] { return remaining_.load(std::memory_order_acquire) == 0; }))
         for (int32_t r; (r = remaining_.load(std::memory_order_acquire)) != 0;) remaining_.wait(r);
+    backoff_.judge(start, caller_done, Clock::now());
   }
 
  private:
@@ -124,13 +203,15 @@ class Pool {
   // The same claiming of tasks on OpenMP's threads (the default; VOLT_CPU_POOL=volt
   // for volt's own threads): one
   // set of threads for volt's loops and for code that uses OpenMP directly.
-  void run_openmp(int threads, int64_t tasks, void (*fn)(const void*, int64_t), const void* ctx) {
+  void run_openmp(int threads, int64_t tasks, void (*fn)(const void*, int64_t), const void* ctx,
+                  Clock::time_point& caller_done) {
     std::atomic<int64_t> next{0};
 #pragma omp parallel num_threads(int(std::min<int64_t>(threads, tasks)))
     {
       in_region = true;
       for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) fn(ctx, t);
       in_region = false;
+      if (omp_get_thread_num() == 0) caller_done = Clock::now();
     }
   }
 #endif
@@ -191,6 +272,7 @@ class Pool {
   }
 
   std::atomic<int> threads_;
+  Backoff backoff_;  // guarded by run_mutex_
   bool use_openmp_ = false;
   std::atomic<int> active_{0};
   std::mutex run_mutex_;
