@@ -53,12 +53,7 @@ struct Checker {
   }
 };
 
-const ProxyNames* names_in(const Trace& t) {
-  for (const std::vector<Tensor>* list : {&t.inputs, &t.outputs})
-    for (const Tensor& x : *list)
-      if (x.impl()->proxy_owner) return static_cast<const ProxyNames*>(x.impl()->proxy_owner);
-  return nullptr;
-}
+const ProxyNames* names_in(const Trace& t) { return t.names.get(); }
 
 }  // namespace
 

@@ -148,8 +148,9 @@ class OperatorExecutor : public Executor {
   std::vector<std::pair<OpRef, Implementation>> impls_;
 };
 
-// How many distinct kernels a fusion executor built, and how many fusion
-// regions reused one already built (the key of jit/codegen.h).
+// How many distinct kernels a fusion executor made ready (compiled, or loaded
+// from the disk cache), and how many fusion regions reused one it had (equal
+// keys, jit/codegen.h).
 struct KernelStats {
   int64_t kernels = 0;
   int64_t shared = 0;

@@ -167,6 +167,7 @@ GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool
 
   Trace bt;
   bt.name = "backward_fn";
+  bt.names = fwd.names;
   bt.bsyms = std::move(bwd);
   for (size_t i = 0; i < fwd.inputs.size(); ++i) {
     if (!requires_grad[i]) continue;

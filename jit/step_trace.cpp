@@ -276,6 +276,7 @@ StepTraceResult trace_step(const CompiledStep::Fn& fn, const std::vector<Tensor>
       r.trace.rng_total = std::max<uint64_t>(r.trace.rng_total, p.call.attrs.offset +
                                                                     static_cast<uint64_t>(shape_numel(p.call.attrs.ints)));
   r.trace.provenance = "Tracing the training step";
+  r.trace.names = r.names;
 
   // Sections, by the top-level bound symbols: backward begins right after the
   // loss is made (with the seed of backward()); optimizer after the last one

@@ -178,14 +178,8 @@ std::string names_list(const ProxyNames& names, const std::vector<Tensor>& ts, s
 }  // namespace
 
 std::string Trace::str() const {
-  // The names table is shared by every proxy of the trace; find it through any proxy.
-  const ProxyNames* names = nullptr;
-  for (const Tensor& t : inputs)
-    if (t.impl()->proxy_owner) names = static_cast<const ProxyNames*>(t.impl()->proxy_owner);
-  if (!names)
-    for (const Tensor& t : outputs)
-      if (t.impl()->proxy_owner) names = static_cast<const ProxyNames*>(t.impl()->proxy_owner);
-  if (!names) return "def " + name + "():\n  return\n";
+  VOLT_CHECK(this->names, name, "a trace without its names table cannot print (set Trace::names where it is made)");
+  const ProxyNames* names = this->names.get();
   std::ostringstream os;
   os << "# Constructed by " << provenance << " (took " << static_cast<long long>(millis)
      << " milliseconds)\n";

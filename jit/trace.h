@@ -49,6 +49,7 @@ struct Guard {
 };
 
 struct Program;  // a trace prepared for repeated runs (jit/interpreter.cpp)
+class ProxyNames;
 
 struct Trace {
   std::string name = "computation";
@@ -69,6 +70,8 @@ struct Trace {
   size_t split = 0;
 
   std::shared_ptr<const Program> program;  // built on first run
+  // The names of its proxies, shared by every trace a pass makes from it.
+  std::shared_ptr<const ProxyNames> names;
 
   std::string str() const;
   // The trace as a Graphviz DOT graph (jit/dot.h).

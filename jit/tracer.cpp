@@ -149,6 +149,7 @@ TraceResult trace_function(const std::function<std::vector<Tensor>(const std::ve
   r.trace.rng_total = tracer.rng_total();
   r.trace.guards = tracer.take_guards();
   r.trace.provenance = "tracing";
+  r.trace.names = r.names;
   return r;
 }
 

@@ -405,6 +405,7 @@ jit::Trace lower(const Graph& g, const std::shared_ptr<jit::ProxyNames>& names) 
   Device dev = S().backend;
   jit::ProxyNames& nm = *names;
   jit::Trace t;
+  t.names = names;
   t.name = "lazy_graph";
   t.provenance = "lazy graph";
   std::unordered_map<const LazyValue*, Tensor> leaf;
