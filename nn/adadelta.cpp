@@ -44,9 +44,38 @@ void Adadelta::set_lr(double lr) {
   options_.lr = lr;
 }
 
+// The averages of parameter i, made (zeros) or moved to its device.
+static void ready(Tensor& square_avg, Tensor& acc_delta, const Tensor& p) {
+  for (Tensor* t : {&square_avg, &acc_delta})
+    if (t->defined() && t->device() != p.device()) *t = t->to(p.device());
+  if (!square_avg.defined()) {
+    square_avg = Tensor::zeros(p.sizes(), p.dtype(), p.device());
+    acc_delta = Tensor::zeros(p.sizes(), p.dtype(), p.device());
+  }
+}
+
+std::vector<Tensor> Adadelta::state_tensors() {
+  std::vector<Tensor> r;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    ready(state_[i].square_avg, state_[i].acc_delta, params_[i]);
+    r.push_back(state_[i].square_avg);
+    r.push_back(state_[i].acc_delta);
+  }
+  return r;
+}
+
+std::vector<Optimizer::RunTimeScalar> Adadelta::run_time_scalars() { return learning_rate_scalar(lr_); }
+
 void Adadelta::step() {
   NoGradGuard no_grad;
   const auto& o = options_;
+  // Under a tracer (a compiled step): the parameters are traced values, and the
+  // learning rate is read from lr_ when the step runs.
+  const bool traced = current_mode() != nullptr && !params_.empty() && params_[0].is_proxy() &&
+                      !params_[0].device().is_lazy();
+  VOLT_CHECK(!traced || lr_.defined(), "Adadelta",
+             "step() is being traced without its run-time state; pass the optimizer to "
+             "volt::jit::compile_step as state");
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
@@ -56,13 +85,8 @@ void Adadelta::step() {
     if (g.dtype() != p.dtype()) g = g.to(p.dtype());
     if (g.device() != p.device()) g = g.to(p.device());
     State& st = state_[i];
-    for (Tensor* t : {&st.square_avg, &st.acc_delta})
-      if (t->defined() && t->device() != p.device()) *t = t->to(p.device());
-    if (!st.square_avg.defined()) {
-      st.square_avg = Tensor::zeros(p.sizes(), p.dtype(), p.device());
-      st.acc_delta = Tensor::zeros(p.sizes(), p.dtype(), p.device());
-    }
-    if (p.device().is_cpu() && p.has_data() && p.is_contiguous() &&
+    ready(st.square_avg, st.acc_delta, p);
+    if (!traced && p.device().is_cpu() && p.has_data() && p.is_contiguous() &&
         (p.dtype() == DType::f32 || p.dtype() == DType::f64)) {
       const Tensor gc = g.is_contiguous() ? g : g.contiguous();
       VOLT_DISPATCH_DTYPE(p.dtype(), [&] {
@@ -81,7 +105,8 @@ void Adadelta::step() {
     st.square_avg.mul_(o.rho).add_(g * g, 1.0 - o.rho);
     Tensor delta = volt::sqrt(st.acc_delta + o.eps) / volt::sqrt(st.square_avg + o.eps) * g;
     st.acc_delta.mul_(o.rho).add_(delta * delta, 1.0 - o.rho);
-    p.add_(delta, -o.lr);
+    if (traced) p.add_(delta * (-lr_).to(p.dtype()));  // p + -lr * delta, lr read at run time
+    else p.add_(delta, -o.lr);
   }
 }
 

@@ -156,6 +156,10 @@ class Adadelta : public Optimizer {
   void set_lr(double lr) override;
   const Tensor& square_avg(size_t i) const { return state_.at(i).square_avg; }
   const Tensor& acc_delta(size_t i) const { return state_.at(i).acc_delta; }
+  // A compiled step (volt::jit::compile_step): the two averages of every
+  // parameter (zeros before the first step, PyTorch's start) and the learning rate.
+  std::vector<Tensor> state_tensors() override;
+  std::vector<RunTimeScalar> run_time_scalars() override;
 
  private:
   struct State {
@@ -164,6 +168,7 @@ class Adadelta : public Optimizer {
   std::vector<std::pair<std::string, Tensor*>> state_slots(size_t i) override;
   AdadeltaOptions options_;
   std::vector<State> state_;
+  Tensor lr_;  // 0-d f64, for a traced step (run_time_scalars)
 };
 
 }  // namespace volt::nn
