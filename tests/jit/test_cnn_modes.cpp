@@ -9,6 +9,7 @@
 #include <string>
 
 #include <volt/jit/jit.h>
+#include <volt/jit/step.h>
 #include <volt/jit/lazy/lazy.h>
 #include <volt/nn/lr_scheduler.h>
 #include <volt/nn/mnist_cnn.h>
@@ -156,6 +157,41 @@ TEST_CASE("jit: the tutorial's CNN through jit(module) trains as in eager mode")
   const std::string trace = jit::last_traces(jm).front().str();
   CHECK(trace.find("conv2d") != std::string::npos);
   CHECK(trace.find("max_pool2d") != std::string::npos);
+}
+
+TEST_CASE("compile_step: the tutorial's CNN with Adadelta trains as in eager mode; a new lr does not recompile") {
+  const int steps = 4;
+  const Batches b = make_batches(steps, 4);
+  auto eager_net = make_net(), step_net = make_net();
+  nn::Adadelta eager_opt(eager_net->parameters(), {.lr = 1.0});
+  nn::Adadelta step_opt(step_net->parameters(), {.lr = 1.0});
+  std::vector<double> eager_losses = eager_steps(*eager_net, eager_opt, b, steps);
+  eager_opt.set_lr(0.5);
+  eager_losses.push_back(eager_steps(*eager_net, eager_opt, b, 1).at(0));  // seed 5 again: as below
+  auto step = jit::compile_step(
+      [&](const Tensor& x, const Tensor& y) {
+        step_opt.zero_grad();
+        Tensor loss = nll_loss((*step_net)(x), y);
+        loss.backward();
+        step_opt.step();
+        return loss;
+      },
+      {.state = {*step_net, step_opt}});
+  manual_seed(5);
+  for (int i = 0; i < steps; ++i) {
+    INFO("step " << i);
+    CHECK(std::fabs(step(b.x[i], b.y[i]).item<double>() - eager_losses[i]) < 1e-5);
+  }
+  step_opt.set_lr(0.5);
+  manual_seed(5);
+  CHECK(std::fabs(step(b.x[0], b.y[0]).item<double>() - eager_losses[steps]) < 1e-5);
+  CHECK(step.compiles() == 1);
+  auto pe = eager_net->parameters(), ps = step_net->parameters();
+  for (size_t i = 0; i < pe.size(); ++i) CHECK(max_abs_diff(ps[i], pe[i]) < 1e-5);
+  for (size_t i = 0; i < pe.size(); ++i) {
+    CHECK(max_abs_diff(step_opt.square_avg(i), eager_opt.square_avg(i)) < 1e-5);
+    CHECK(max_abs_diff(step_opt.acc_delta(i), eager_opt.acc_delta(i)) < 1e-5);
+  }
 }
 
 TEST_CASE("jit: a traced conv2d and max_pool2d print their window settings") {
