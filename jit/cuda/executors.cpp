@@ -4,6 +4,8 @@
 #include <unordered_map>
 
 #include <volt/jit/codegen.h>
+#include <volt/jit/cuda/step_graph.h>
+#include <volt/jit/fusion.h>
 #include <volt/tensor/cuda/backend.h>
 #include <volt/tensor/cuda/graph.h>
 #include <volt/tensor/cuda/nvrtc.h>
@@ -77,7 +79,8 @@ class NvrtcExecutor final : public FusionExecutor {
     std::vector<Tensor> outs;
     outs.reserve(f.outputs.size());
     for (const Tensor& o : f.outputs) {
-      outs.push_back(Tensor::empty(o.sizes(), o.dtype(), o.device()));
+      const Tensor* into = donated_output(id_of(o));  // a captured step's state
+      outs.push_back(into ? *into : Tensor::empty(o.sizes(), o.dtype(), o.device()));
       table.p[k++] = outs.back().raw_data();
     }
     table.p[vc::kMaxKernelArgs - 1] = vc::rng_state_word();

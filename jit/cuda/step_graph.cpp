@@ -1,5 +1,7 @@
 #include <volt/jit/cuda/step_graph.h>
 
+#include <unordered_map>
+
 #include <volt/jit/executor.h>
 #include <volt/jit/tracer.h>
 #include <volt/tensor/cuda/backend.h>
@@ -95,7 +97,52 @@ Trace hoist_factories(const Trace& t, std::vector<Tensor>& values) {
   return r;
 }
 
+thread_local std::unordered_map<int64_t, Tensor>* t_donated = nullptr;
+
+// The new state values a fused kernel can write over the old ones: made by
+// an nvrtc fusion that reads the old value at the same element (same shape
+// and dtype), with no one reading the old value, or a view of it, later.
+std::unordered_map<int64_t, Tensor> donations(const Trace& t, const std::vector<Tensor>& state, size_t num_outputs,
+                                              const std::vector<size_t>& updated_state) {
+  std::unordered_map<int64_t, Tensor> r;
+  std::unordered_map<int64_t, int> output_uses;
+  for (const Tensor& o : t.outputs) ++output_uses[id_of(o)];
+  for (size_t k = 0; k < updated_state.size(); ++k) {
+    const Tensor& old = t.inputs.at(updated_state[k]);
+    const Tensor& now = t.outputs.at(num_outputs + k);
+    const int64_t old_id = id_of(old), new_id = id_of(now);
+    if (output_uses[new_id] != 1 || now.sizes() != old.sizes() || now.dtype() != old.dtype()) continue;
+    size_t maker = t.bsyms.size(), last_read = 0;
+    bool viewed = false;
+    for (size_t i = 0; i < t.bsyms.size(); ++i) {
+      const BoundSymbol& b = t.bsyms[i];
+      for (const Tensor& o : b.outputs)
+        if (id_of(o) == new_id) maker = i;
+      for (const BoundSymbol& p : flatten_to_prims({b}))
+        for (const Tensor& a : tensor_args(p))
+          if (id_of(a) == old_id) {
+            last_read = i;
+            viewed = viewed || op_info(p.call.op).kind == OpKind::View;
+          }
+    }
+    if (maker == t.bsyms.size() || viewed || last_read != maker) continue;
+    const BoundSymbol& b = t.bsyms[maker];
+    if (b.fusion_name.empty() || !b.kernel || b.subsymbols.empty()) continue;
+    bool reads_old = false;
+    for (const Tensor& in : b.fusion_inputs) reads_old = reads_old || id_of(in) == old_id;
+    if (!reads_old || b.subsymbols.front().outputs.front().sizes() != old.sizes()) continue;
+    r[new_id] = state.at(updated_state[k]);
+  }
+  return r;
+}
+
 }  // namespace
+
+Tensor* donated_output(int64_t id) {
+  if (!t_donated) return nullptr;
+  auto it = t_donated->find(id);
+  return it == t_donated->end() ? nullptr : &it->second;
+}
 
 struct StepGraph::Impl {
   vc::Graph graph;
@@ -144,14 +191,20 @@ StepGraph::StepGraph(const Trace& trace, const std::vector<Tensor>& state, const
   inputs.insert(inputs.end(), constants.begin(), constants.end());
   inputs.insert(inputs.end(), hoisted.begin(), hoisted.end());
   G.constants = hoisted;
+  std::unordered_map<int64_t, Tensor> donated = donations(program, state, num_outputs, updated_state);
+  struct Donating {
+    explicit Donating(std::unordered_map<int64_t, Tensor>* m) { t_donated = m; }
+    ~Donating() { t_donated = nullptr; }
+  };
   G.graph.capture(G.device, [&] {
     NoGradGuard no_grad;
+    Donating donating(&donated);
     vc::RngWordScope word(G.rng_total ? G.rng_word.raw_data() : nullptr);
     const PhiloxState relative{0, 0};  // offsets relative to the word's
     std::vector<Tensor> outs = interpret(program, inputs, &relative);
     for (size_t k = 0; k < updated_state.size(); ++k) {
       Tensor s = state[updated_state[k]];
-      s.copy_(outs[num_outputs + k]);
+      if (outs[num_outputs + k].raw_data() != s.raw_data()) s.copy_(outs[num_outputs + k]);  // not donated
     }
     if (G.rng_total) vc::advance_rng_offset(G.rng_word.raw_data(), G.rng_total, G.device);
     for (size_t k = 0; k < outs.size(); ++k)

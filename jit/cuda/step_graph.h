@@ -3,8 +3,9 @@
 //
 // The capture runs the step's final trace once under stream capture, with
 // the state tensors where they live, the arguments in static buffers of the
-// graph's own, and the new state values copied back into the state inside
-// the graph.  Everything else the trace allocates comes from the graph's
+// graph's own, and the new state values written over the old ones by the
+// fused kernels that make them where that is safe (they read the old value
+// at the same element, for the last time), else copied back inside the graph.  Everything else the trace allocates comes from the graph's
 // private pool, so its addresses stay valid replay after replay.  The Philox
 // seed and offset live in a device word that the fused kernels read; a last
 // node of the graph advances the offset by what one step draws, so every
@@ -45,5 +46,11 @@ class StepGraph {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// While a step is captured: the state tensor a fused kernel writes the value
+// `id` into (a new parameter or moment made from the old one at the same
+// element, its last reader: written in place, as the CPU plan's donation),
+// or null for a buffer of its own.
+Tensor* donated_output(int64_t id);
 
 }  // namespace volt::jit::cuda
