@@ -8,6 +8,12 @@ mpirun=(mpirun -np 2 --oversubscribe)
 [ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)
 export OMP_NUM_THREADS=1
 timeout 600 "${mpirun[@]}" "$build/tests/volt_mpi_tests"
+# CUDA tensors through host buffers, on the simulated GPU (a CUDA build only).
+sim="$build/tests/libvolt_cudasim.so"
+if [ -f "$sim" ]; then
+  timeout 600 "${mpirun[@]}" -x LD_PRELOAD="$(realpath "$sim")" -x VOLT_KERNEL_CACHE="$(realpath "$build")/cudasim-kernels" \
+    "$build/tests/volt_mpi_tests" -tc='dist: CUDA*'
+fi
 
 log=$(mktemp)
 set +e
