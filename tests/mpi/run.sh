@@ -28,3 +28,7 @@ if [ "$rc" = 0 ] || ! grep -q "rank 1 ends every rank: rank 1 fails on purpose" 
 fi
 rm -f "$log"
 echo "volt: a throwing rank ended the MPI run (exit $rc) with its message"
+# The benchmark's data-parallel cells, once each (bench/distributed.cpp).
+if [ -x "$build/bench/volt_bench" ]; then
+  timeout 300 "${mpirun[@]}" "$build/bench/volt_bench" --distributed --smoke >/dev/null
+fi
