@@ -170,8 +170,9 @@ int run(int argc, char** argv) {
     const int64_t steps = o.smoke ? 2 : o.steps;
     const int64_t warmup = o.smoke ? 1 : -1;
     if (rank == 0)
-      std::printf("volt_bench --distributed: the seed MLP (1,868,590 parameters), Adam, eager steps; %d ranks\n\n",
-                  ranks);
+      std::printf("volt_bench --distributed: the seed MLP (1,868,590 parameters), Adam, eager steps; %d ranks "
+                  "(libnccl.so.2 %s; not used, CPU tensors)\n\n",
+                  ranks, dist::nccl_loadable() ? "loadable" : "absent");
 
     std::vector<int64_t> bucket_floats;
     for (int64_t global : o.batches) {

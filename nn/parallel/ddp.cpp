@@ -21,7 +21,6 @@ struct DistributedDataParallel::Bucket {
   Tensor flat;                  // (sum of numels,) on the CPU, the parameters' dtype
   std::vector<int64_t> offset;  // element offset of each of its parameters
   size_t ready = 0;             // parameters whose gradient is in `flat` this backward
-  bool started = false;
   Work work;
 };
 
@@ -93,10 +92,7 @@ DistributedDataParallel::~DistributedDataParallel() {
 
 void DistributedDataParallel::reset_step() {
   std::fill(ready_.begin(), ready_.end(), 0);
-  for (auto& b : buckets_) {
-    b->ready = 0;
-    b->started = false;
-  }
+  for (auto& b : buckets_) b->ready = 0;
   next_start_ = 0;
   active_ = traced_ = false;
 }
@@ -149,7 +145,6 @@ void DistributedDataParallel::start_ready_buckets() {
 
 void DistributedDataParallel::start(size_t i) {
   Bucket& b = *buckets_[i];
-  b.started = true;
   stats_.started.push_back(i);
   if (traced_) {
     // Recorded into the trace: one op per bucket, whose outputs become the gradients.

@@ -64,8 +64,9 @@ Work all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::Sum);
 // Ends every rank: prints `message` with this rank's number and calls MPI_Abort.
 [[noreturn]] void abort(const std::string& message, int code = 1);
 
-// Whether NCCL (libnccl.so.2) could be loaded at run time.  volt reduces CUDA
-// tensors through host buffers over MPI either way (see nn/parallel/nccl.h).
+// Whether NCCL (libnccl.so.2) could be loaded at run time (dlopen).  volt
+// does not use it yet: CUDA tensors are reduced through host buffers over MPI
+// whether it is there or not.
 bool nccl_loadable();
 
 }  // namespace volt::dist

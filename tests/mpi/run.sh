@@ -8,6 +8,12 @@ mpirun=(mpirun -np 2 --oversubscribe)
 [ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)
 export OMP_NUM_THREADS=1
 timeout 600 "${mpirun[@]}" "$build/tests/volt_mpi_tests"
+# CUDA tensors through host buffers, on the simulated GPU (a CUDA build only).
+sim="$build/tests/libvolt_cudasim.so"
+if [ -f "$sim" ]; then
+  timeout 600 "${mpirun[@]}" -x LD_PRELOAD="$(realpath "$sim")" -x VOLT_KERNEL_CACHE="$(realpath "$build")/cudasim-kernels" \
+    "$build/tests/volt_mpi_tests" -tc='dist: CUDA*'
+fi
 
 log=$(mktemp)
 set +e
@@ -22,3 +28,7 @@ if [ "$rc" = 0 ] || ! grep -q "rank 1 ends every rank: rank 1 fails on purpose" 
 fi
 rm -f "$log"
 echo "volt: a throwing rank ended the MPI run (exit $rc) with its message"
+# The benchmark's data-parallel cells, once each (bench/distributed.cpp).
+if [ -x "$build/bench/volt_bench" ]; then
+  timeout 300 "${mpirun[@]}" "$build/bench/volt_bench" --distributed --smoke >/dev/null
+fi

@@ -92,3 +92,48 @@ TEST_CASE("dist: bad input is an error naming the call") {
   Tensor u;
   CHECK_THROWS_WITH_AS(dist::broadcast(u), doctest::Contains("dist::broadcast: expected a tensor with data"), Error);
 }
+
+#ifdef VOLT_WITH_CUDA
+#include <volt/nn/linear.h>
+#include <volt/nn/parallel/ddp.h>
+#include <volt/tensor/cuda/runtime.h>
+#endif
+
+// tests/mpi/run.sh runs this once more on the simulated GPU (tests/cudasim).
+TEST_CASE("dist: CUDA tensors go through host buffers and stay on their device") {
+#ifndef VOLT_WITH_CUDA
+  MESSAGE("skipped: volt built without CUDA");
+#else
+  if (!cuda::is_available()) {
+    MESSAGE("skipped: no CUDA GPU or driver here");
+    return;
+  }
+  const Device gpu = Device::cuda(0);
+  const int n = dist::world_size(), me = dist::rank();
+  Tensor t = Tensor::full({6}, 1.0 + me, DType::f32, gpu);
+  dist::all_reduce(t);
+  CHECK(t.device() == gpu);
+  CHECK(t.to_vector<float>() == std::vector<float>(6, n * (n + 1) / 2.0f));
+  Tensor a = Tensor::full({3}, 2.0 * (me + 1), DType::f64, gpu);
+  dist::Work w = dist::all_reduce_async(a, dist::ReduceOp::Average);
+  w.wait();
+  CHECK(a.to_vector<double>() == std::vector<double>(3, n + 1.0));
+  Tensor b = Tensor::full({4}, 7.0 * me, DType::f32, gpu);
+  dist::broadcast(b, n - 1);
+  CHECK(b.to_vector<float>() == std::vector<float>(4, 7.0f * (n - 1)));
+  CHECK(dist::all_gather(b).device() == gpu);
+
+  // Data-parallel on the GPU: each rank's gradient of sum(W x_r) is x_r
+  // broadcast over the rows; the average is the mean of the ranks' x.
+  nn::Linear fc(3, 2, /*bias=*/false);
+  fc.to(gpu);
+  dist::DistributedDataParallel ddp(fc);
+  Tensor x = Tensor::from_vector(std::vector<float>{1.0f + me, 2.0f, -1.0f * me}, {1, 3}).to(gpu);
+  fc(x).sum().backward();
+  Tensor g = fc.parameters()[0].grad();
+  REQUIRE(g.defined());
+  CHECK(g.device() == gpu);
+  const float m0 = 1.0f + (n - 1) / 2.0f, m2 = -(n - 1) / 2.0f;
+  CHECK(g.to_vector<float>() == std::vector<float>{m0, 2.0f, m2, m0, 2.0f, m2});
+#endif
+}
