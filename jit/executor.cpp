@@ -229,9 +229,10 @@ class EagerExecutor final : public Executor {
   EagerExecutor() : Executor("eager", VOLT_VERSION) {}
 };
 
+// Never destroyed either: a static executor's destructor takes itself out.
 std::vector<Executor*>& builtins() {
-  static std::vector<Executor*> b{&cpu_fusion_executor(), &eager_executor()};
-  return b;
+  static auto* b = new std::vector<Executor*>{&cpu_fusion_executor(), &eager_executor()};
+  return *b;
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -224,6 +225,10 @@ int main() {
     check("grad: d/db = a", g[1], a);
     std::printf("  multimul calls in the trace: %d\n", count_of(trace, "= multimul("));
     if (count_of(trace, "= multimul(") != 1) ++g_failures;
+    // The notebook's line: (t2, t3) = multimul(t_1, t4, t_0, t4), the ones of grad() as g.
+    const bool notebook_line = std::regex_search(trace, std::regex(R"(\(t\d+, t\d+\) = multimul\(t_1, (t\d+), t_0, \1\))"));
+    std::printf("  check %-28s %s\n", "(b, g, a, g) in one multimul", notebook_line ? "ok" : "FAILED");
+    if (!notebook_line) ++g_failures;
 
     // ---- 8. a prologue: make the inputs contiguous, then multimul
     // An execution transform may emit ops of its own; those the executor does

@@ -6,6 +6,7 @@
 #ifdef VOLT_WITH_CUDA
 #include <cmath>
 
+#include <volt/jit/jit.h>
 #include <volt/tensor/cuda/runtime.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
@@ -44,6 +45,18 @@ TEST_CASE("cuda: cross_entropy options (reduction, ignore_index, label_smoothing
       for (size_t i = 0; i < gg.size(); ++i)
         CHECK(gg[i] == doctest::Approx(gc[i]).epsilon(dt == DType::f32 ? 1e-5 : 1e-12).scale(1e-6));
     }
+  }
+  // Under the jit on the GPU (the decomposition, fused by nvrtc): two of the cases.
+  Tensor x32 = Tensor::randn({n, c}) * 2.0;
+  for (const CrossEntropyOptions& o : {CrossEntropyOptions{Reduction::Sum, -1, 0.2},
+                                       CrossEntropyOptions{Reduction::None, 1, 0.0}}) {
+    INFO("jit " << testing::CeCase{o}.label());
+    const std::vector<int64_t> tv = testing::ce_targets(o.ignore_index, c);
+    const std::vector<double> want = testing::reference_ce(x32.to_vector<double>(), n, c, tv, o);
+    auto f = jit::jit([o](const std::vector<Tensor>& in) { return std::vector<Tensor>{cross_entropy(in[0], in[1], o)}; });
+    std::vector<double> got = f({x32.to(gpu), Tensor::from_vector<int64_t>(tv).to(gpu)})[0].to(kCPU).to_vector<double>();
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(2e-6));
   }
   // ignore_index skips a row's target check; any other value out of range is reported.
   Tensor x = Tensor::zeros({3, 3}, DType::f32, gpu);
