@@ -323,3 +323,40 @@ TEST_CASE("thread pool: back-to-back regions of different sizes each run exactly
   }
   CHECK(wrong == 0);
 }
+
+TEST_CASE("GEMM packing: every instruction set's panels equal the copying loop") {
+  KernelScope scope;
+  // A (rows x cols) matrix with a row stride wider than its rows; rows past
+  // `live` must come out as zeros, k not a multiple of 16 leaves a masked strip.
+  const int64_t rows = 40, cols = 37, ld = 45;
+  std::vector<float> x(size_t(rows * ld));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 97) * 0.25f - 7.0f;
+  for (cpu::Isa isa : machine_isas()) {
+    cpu::set_isa(isa);
+    const cpu::GemmKernels<float>& ker = cpu::gemm_kernels_f32();
+    for (int R : {6, 12, 16, 32})
+      for (int64_t live : {int64_t(1), int64_t(R) - 1, int64_t(R)})
+        for (int64_t kc : {1, 16, 17, 37}) {
+          const std::string label = std::string(cpu::isa_name(isa)) + " R=" + std::to_string(R) +
+                                    " live=" + std::to_string(live) + " kc=" + std::to_string(kc);
+          // pack_rows: dst[kk R + r] = x[r ld + kk]; also with row stride 0 (a broadcast row).
+          for (int64_t rs : {ld, int64_t(0)}) {
+            std::vector<float> got(size_t(kc * R), -1.0f), want(size_t(kc * R));
+            for (int64_t kk = 0; kk < kc; ++kk)
+              for (int64_t r = 0; r < R; ++r) want[size_t(kk * R + r)] = r < live ? x[size_t(r * rs + kk)] : 0.0f;
+            ker.pack_rows(x.data(), live, kc, rs, R, got.data());
+            INFO("pack_rows " << label << " rs=" << rs);
+            CHECK(got == want);
+          }
+          // pack_cols: dst[kk R + r] = x[kk ld + r] (live <= 37 columns of a row).
+          if (live <= cols) {
+            std::vector<float> got(size_t(kc * R), -1.0f), want(size_t(kc * R));
+            for (int64_t kk = 0; kk < kc; ++kk)
+              for (int64_t r = 0; r < R; ++r) want[size_t(kk * R + r)] = r < live ? x[size_t(kk * ld + r)] : 0.0f;
+            ker.pack_cols(x.data(), live, kc, ld, R, got.data());
+            INFO("pack_cols " << label);
+            CHECK(got == want);
+          }
+        }
+  }
+}
