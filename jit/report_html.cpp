@@ -162,16 +162,12 @@ std::string mark_names(const std::string& text, const std::unordered_set<std::st
   return r;
 }
 
-const ProxyNames* names_in(const Trace& t) {
-  for (const std::vector<Tensor>* list : {&t.inputs, &t.outputs})
-    for (const Tensor& x : *list)
-      if (x.defined() && x.impl()->proxy_owner) return static_cast<const ProxyNames*>(x.impl()->proxy_owner);
-  return nullptr;
-}
+const ProxyNames* names_in(const Trace& t) { return t.names.get(); }
 
 // The fusion as the trace prints it, without the trace around it.
 std::string region_text(const Trace& owner, const BoundSymbol& fusion) {
   Trace mini;
+  mini.names = owner.names;
   mini.name = fusion.fusion_name;
   mini.inputs = fusion.fusion_inputs;
   BoundSymbol b = fusion;
@@ -179,7 +175,6 @@ std::string region_text(const Trace& owner, const BoundSymbol& fusion) {
   mini.bsyms = {b};
   mini.outputs = fusion.outputs;
   if (mini.inputs.empty() && mini.outputs.empty()) return "";
-  (void)owner;
   std::string s = mini.str();
   return s.substr(s.find('\n') + 1);  // no "# Constructed by" line
 }
@@ -251,6 +246,7 @@ void section_why(std::ostringstream& os, const CompileRecord& r) {
   } else {
     for (const Guard& g : *guards) {
       Trace t;
+      t.names = r.traces.front().names;
       t.name = "guard";
       t.inputs = r.traces.front().inputs;
       t.bsyms = g.bsyms;
