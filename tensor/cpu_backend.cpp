@@ -1,4 +1,5 @@
-// The CPU backend: plain loops over any strides, Eigen for matmul (cpu_matmul.cpp).
+// The CPU backend: loops over any strides (flat, threaded and vectorised when
+// every operand is plain or one broadcast element); GEMMs in cpu_matmul.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>

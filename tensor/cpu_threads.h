@@ -6,8 +6,12 @@
 // machine) delays the region by at most the task it holds; the caller never
 // waits for a worker that has not started.  Idle workers spin for a short
 // while (50 µs, VOLT_CPU_SPIN_US) and then sleep on a futex, so they do not take cores
-// from other processes between regions.  Results never depend on which thread
-// ran a task: the callers' tasks write disjoint outputs.
+// from other processes between regions.  On a busy machine (a region's caller
+// waits more than 1 ms for a descheduled thread, three times within 200 ms)
+// regions run on volt's own workers without any spinning for 2 s, and
+// repeatedly slow regions on the caller alone for a while, so 2 threads are
+// not slower than 1 (tensor/cpu_threads.cpp, Backoff).  Results never depend
+// on which thread ran a task: the callers' tasks write disjoint outputs.
 //
 // By default the same task claiming runs on OpenMP's threads (one set of
 // threads shared with code that still uses OpenMP directly: the jit's
