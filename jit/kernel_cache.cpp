@@ -271,13 +271,16 @@ std::vector<void*> load_host_kernels(const std::string& body, const std::vector<
   std::string outcome = "compiled";
   std::string library_path;
   std::vector<void*> r = load_host_kernels_impl(body, names, error, &outcome, &library_path);
-  KernelLoad load{names, body, r.empty() && !names.empty() ? "failed" : outcome,
-                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
-                  library_path};
+  note_kernel_load({names, body, r.empty() && !names.empty() ? "failed" : outcome,
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+                    library_path});
+  return r;
+}
+
+void note_kernel_load(KernelLoad load) {
   std::lock_guard<std::mutex> lock(g_loads_mutex);
   g_loads.push_back(std::move(load));
   if (g_loads.size() > 64) g_loads.pop_front();
-  return r;
 }
 
 namespace {

@@ -40,14 +40,17 @@ std::vector<void*> load_host_kernels(const std::string& source, const std::vecto
 // One load_host_kernels call, kept for reports (jit/report.h): where the
 // kernels came from ("compiled", "disk cache", "loaded already") and what it cost.
 struct KernelLoad {
-  std::vector<std::string> names;
-  std::string source;  // the whole source given to load_host_kernels
+  std::vector<std::string> names;  // the kernels' symbols (FusedKernel::symbol)
+  std::string source;  // the whole source given to the compiler
   std::string outcome;
   double ms = 0;
   std::string library;
+  std::string compiler = "host C++ compiler";  // or "NVRTC" (jit/cuda/executors.cpp)
 };
 // The last 64 loads, oldest first.
 std::vector<KernelLoad> recent_kernel_loads();
+// Adds a load made elsewhere (a GPU's kernels) to that log.
+void note_kernel_load(KernelLoad load);
 
 // The directory entries go to now (after any fallback).
 std::filesystem::path kernel_cache_dir();

@@ -2,6 +2,7 @@
 // on demand (write_report) or as programs compile (VOLT_JIT_REPORT).
 #include <volt/jit/report.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <sstream>
 
+#include <volt/jit/codegen.h>
 #include <volt/jit/fusion.h>
 
 namespace volt::jit {
@@ -25,7 +27,7 @@ std::vector<KernelLoad> loads_for(const std::vector<const Trace*>& traces) {
     for (const Trace* t : traces) {
       bool match = false;
       for (const BoundSymbol& b : t->bsyms)
-        if (b.kernel && l.source.find(kernel_source_of(b)) != std::string::npos) match = true;
+        if (b.kernel && std::find(l.names.begin(), l.names.end(), b.kernel->symbol) != l.names.end()) match = true;
       if (match) {
         r.push_back(l);
         break;

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include <volt/jit/codegen.h>
 #include <volt/jit/dot.h>
 #include <volt/jit/executor.h>
 
@@ -287,11 +288,12 @@ void section_time(std::ostringstream& os, const CompileRecord& r) {
     for (const BoundSymbol& b : f.trace->bsyms) {
       if (!b.kernel) continue;
       ++n;
-      std::string built = "no build recorded (not compiled by the host compiler in this process)";
+      // Regions with equal keys share one kernel: only the first is built.
+      std::string built = "shared: built before in this process for a region with the same key (" +
+                          b.kernel->symbol + ")";
       for (auto it = r.kernel_loads.rbegin(); it != r.kernel_loads.rend(); ++it)
-        if (std::find(it->names.begin(), it->names.end(), b.fusion_name) != it->names.end() &&
-            it->source.find(kernel_source_of(b)) != std::string::npos) {
-          built = "host C++ compiler: " + it->outcome + ", " + fmt_ms(it->ms) + " ms for the library of " +
+        if (std::find(it->names.begin(), it->names.end(), b.kernel->symbol) != it->names.end()) {
+          built = it->compiler + ": " + it->outcome + ", " + fmt_ms(it->ms) + " ms for the library of " +
                   std::to_string(it->names.size()) + " kernel(s) (" + it->library + ")";
           break;
         }

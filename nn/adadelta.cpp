@@ -30,6 +30,16 @@ void adadelta_kernel(T* p, const T* g, T* s, T* d, int64_t n, T lr, T rho, T one
   }
 }
 
+// Parameter p's gradient, checked and in p's dtype and device.
+Tensor grad_for(const Tensor& p) {
+  Tensor g = p.grad();
+  VOLT_CHECK(g.sizes() == p.sizes(), "Adadelta",
+             "grad has shape " << shape_str(g.sizes()) << ", parameter " << shape_str(p.sizes()));
+  if (g.dtype() != p.dtype()) g = g.to(p.dtype());
+  if (g.device() != p.device()) g = g.to(p.device());
+  return g;
+}
+
 }  // namespace
 
 Adadelta::Adadelta(std::vector<Tensor> params, AdadeltaOptions options)
@@ -70,10 +80,7 @@ void Adadelta::traced_step() {
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
-    Tensor g = p.grad();
-    VOLT_CHECK(g.sizes() == p.sizes(), "Adadelta",
-               "grad has shape " << shape_str(g.sizes()) << ", parameter " << shape_str(p.sizes()));
-    if (g.dtype() != p.dtype()) g = g.to(p.dtype());
+    Tensor g = grad_for(p);
     auto c = std::find_if(neg_lr.begin(), neg_lr.end(), [&](const auto& k) { return k.first == p.dtype(); });
     if (c == neg_lr.end()) c = neg_lr.insert(neg_lr.end(), {p.dtype(), (-lr_).to(p.dtype())});
     State& st = state_[i];
@@ -98,11 +105,7 @@ void Adadelta::step() {
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
-    Tensor g = p.grad();
-    VOLT_CHECK(g.sizes() == p.sizes(), "Adadelta",
-               "grad has shape " << shape_str(g.sizes()) << ", parameter " << shape_str(p.sizes()));
-    if (g.dtype() != p.dtype()) g = g.to(p.dtype());
-    if (g.device() != p.device()) g = g.to(p.device());
+    Tensor g = grad_for(p);
     State& st = state_[i];
     for (Tensor* t : {&st.square_avg, &st.acc_delta})
       if (t->defined() && t->device() != p.device()) *t = t->to(p.device());

@@ -1,11 +1,13 @@
 #include <volt/jit/cuda/executors.h>
 
+#include <chrono>
 #include <mutex>
 #include <unordered_map>
 
 #include <volt/jit/codegen.h>
 #include <volt/jit/cuda/step_graph.h>
 #include <volt/jit/fusion.h>
+#include <volt/jit/kernel_cache.h>
 #include <volt/tensor/cuda/backend.h>
 #include <volt/tensor/cuda/graph.h>
 #include <volt/tensor/cuda/nvrtc.h>
@@ -48,13 +50,28 @@ class NvrtcExecutor final : public FusionExecutor {
       const int dev = b.outputs.front().device().index;
       auto [it, fresh] = by_key_.try_emplace(b.kernel->key + "@" + std::to_string(dev), nullptr);
       if (fresh) {
+        const std::string source = cuda_source(*b.kernel);
+        const vc::CompileCounters before = vc::compile_counters();
+        const auto t0 = std::chrono::steady_clock::now();
         try {
-          it->second = vc::get_kernel(cuda_source(*b.kernel), b.kernel->symbol, dev);
+          it->second = vc::get_kernel(source, b.kernel->symbol, dev);
         } catch (...) {
           by_key_.erase(it);
           throw;
         }
         ++stats_.kernels;
+        // For reports (jit/report.h): how this kernel was built.
+        const vc::CompileCounters after = vc::compile_counters();
+        KernelLoad load;
+        load.names = {b.kernel->symbol};
+        load.source = source;
+        load.outcome = after.compiled > before.compiled    ? "compiled"
+                       : after.disk_hits > before.disk_hits ? "disk cache"
+                                                            : "loaded already";
+        load.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        load.library = "cuda:" + std::to_string(dev);
+        load.compiler = "NVRTC";
+        note_kernel_load(std::move(load));
       } else {
         ++stats_.shared;
       }

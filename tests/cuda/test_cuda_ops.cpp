@@ -20,6 +20,7 @@
 #include <volt/jit/codegen.h>
 #include <volt/jit/cuda/executors.h>
 #include <volt/jit/jit.h>
+#include <volt/jit/kernel_cache.h>
 #include <volt/nn/loss.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
@@ -29,17 +30,11 @@
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 
+#include "cuda/skip_without_gpu.h"
+
 using namespace volt;
 
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                                            \
-  do {                                                                                \
-    if (!cuda::is_available()) {                                                      \
-      MESSAGE("skipped: no CUDA GPU or driver on this machine");                     \
-      return;                                                                         \
-    }                                                                                 \
-  } while (0)
 
 const Device kGPU = Device::cuda(0);
 
@@ -429,6 +424,12 @@ TEST_CASE("cuda: the MNIST training step's 10 fused regions build 4 kernels on t
   CHECK(jit::compile_stats(jg).fusions == 10);
   CHECK(after.kernels - before.kernels == 4);
   CHECK(after.shared - before.shared == 6);
+  // Each of the 4 builds is in the kernel log that reports read (jit/report.h).
+  std::set<std::string> logged;
+  for (const jit::KernelLoad& l : jit::recent_kernel_loads())
+    if (l.compiler == "NVRTC")
+      for (const std::string& n : l.names) logged.insert(n);
+  for (const auto& k : jit::last_kernels(jg)) CHECK(logged.count(k->symbol) == 1);
   // The GPU's regions have the keys the CPU's have: one code generator.
   set_rng_state(rng);
   Tensor lc = loss_fn(jc(x), y);

@@ -65,6 +65,19 @@ TEST_CASE("report: a page per cache entry, with every pass and every kernel besi
   CHECK(records[1].history.size() == 2);
   const std::string second = report_checks::read(dir / records[1].file);
   CHECK(second.find(jit::html_escape(records[1].reason)) != std::string::npos);
+  // Every kernel row says how its kernel was built: by the host compiler (with
+  // the log's outcome), or shared with an identical region built before.
+  for (const jit::CompileRecord& r : records) {
+    const std::string page = report_checks::read(dir / r.file);
+    size_t kernels = 0;
+    for (const std::vector<jit::Trace>* list : {&r.traces, &r.backward_traces})
+      if (!list->empty())
+        for (const jit::BoundSymbol& b : list->back().bsyms)
+          if (b.kernel) ++kernels;
+    CHECK(kernels > 0);
+    CHECK(report_checks::count(page, "<td>host C++ compiler: ") + report_checks::count(page, "<td>shared: ") ==
+          kernels);
+  }
   // The memory picture: every saved tensor with its bytes.
   const jit::Trace& fwd = records[0].traces.back();
   REQUIRE(fwd.kind == jit::Trace::Kind::AugmentedForward);

@@ -17,17 +17,12 @@
 #include <volt/tensor/random.h>
 #include <volt/tensor/storage.h>
 
+#include "tensor/reference.h"
+
 using namespace volt;
+using volt::testing::max_abs_diff;
 
 namespace {
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
-  return worst;
-}
 
 std::shared_ptr<nn::MLP> make_net(double dropout) {
   manual_seed(7);
