@@ -24,7 +24,10 @@ void set_history(Tensor& out, std::shared_ptr<Node> node) {
 }
 
 bool reads_saved_value(const OpCall& call, size_t i, const std::vector<Edge>& next) {
-  auto wanted = [&](size_t j) { return j < next.size() && next[j].valid(); };
+  return reads_saved_value(call, i, [&](size_t j) { return j < next.size() && next[j].valid(); });
+}
+
+bool reads_saved_value(const OpCall& call, size_t i, const std::function<bool(size_t)>& wanted) {
   switch (call.op) {
     // Only shapes and attributes: the value may change freely.
     case OpId::add:

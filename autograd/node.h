@@ -5,6 +5,7 @@
 //   auto loss = (w * w).sum();
 //   loss.backward();          // w.grad() == 2 * w
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,9 @@ struct OpNode final : Node {
 // counts as read: a write to it after the view was taken makes the view's
 // history stale.
 bool reads_saved_value(const OpCall& call, size_t i, const std::vector<Edge>& next);
+// The same, with `wanted(j)` saying whether argument j needs a gradient (the
+// jit's grad pass asks this of scalar arguments: those read are saved).
+bool reads_saved_value(const OpCall& call, size_t i, const std::function<bool(size_t)>& wanted);
 
 // The edge for a tensor that is an input of a new node.
 Edge edge_for(const Tensor& t);

@@ -1,6 +1,7 @@
 #include <volt/jit/check.h>
 
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <volt/tensor/custom_op.h>
@@ -12,6 +13,8 @@ namespace {
 struct Checker {
   const ProxyNames* names;
   std::string problem;
+  // The scalars the trace unpacks from C1 (a backward's), by name.
+  std::unordered_map<std::string, Scalar> scalars;
 
   std::string name(const Tensor& t) const { return names ? names->name(t) : "#" + std::to_string(id_of(t)); }
 
@@ -28,6 +31,17 @@ struct Checker {
       for (const Tensor& a : tensor_args(b)) {
         if (deleted.count(id_of(a))) return fail(line + " reads " + name(a) + " after its del");
         if (!defined.count(id_of(a))) return fail(line + " reads " + name(a) + ", which is not defined before it");
+      }
+      for (size_t i = 0; i < b.scalar_names.size(); ++i) {
+        const std::string& n = b.scalar_names[i];
+        if (n.empty()) continue;
+        if (i >= b.call.args.size() || b.call.args[i].is_tensor)
+          return fail(line + " names argument " + std::to_string(i) + " " + n + ", which is not a scalar");
+        auto it = scalars.find(n);
+        if (it == scalars.end()) return fail(line + " reads " + n + ", which C1 never unpacks");
+        const Scalar& got = b.call.args[i].scalar;
+        if (it->second.kind != got.kind || it->second.value != got.value)
+          return fail(line + " reads " + n + " as " + got.repr() + ", but C1 holds " + it->second.repr());
       }
       if (!b.subsymbols.empty() && !b.top_level_prim) {
         // A fusion sees only its inputs; a decomposition what its op sees.
@@ -58,8 +72,14 @@ const ProxyNames* names_in(const Trace& t) { return t.names.get(); }
 }  // namespace
 
 std::string trace_problem(const Trace& t) {
-  Checker c{names_in(t), {}};
+  Checker c{names_in(t), {}, {}};
   std::unordered_set<int64_t> defined, deleted;
+  for (const NamedScalar& s : t.scalars) {
+    if (s.name.empty()) return "a scalar saved for backward has no name";
+    // An augmented forward returns the values; only a backward defines the names.
+    if (t.kind == Trace::Kind::Backward && !c.scalars.emplace(s.name, s.value).second)
+      return "C1 unpacks " + s.name + " twice";
+  }
   for (const Tensor& x : t.inputs)
     if (!defined.insert(id_of(x)).second) return "input " + c.name(x) + " appears twice in the signature";
   // A guard computes its value from the inputs alone.

@@ -2,7 +2,9 @@
 // defined once, before it is read (an input, or an output of an earlier line;
 // inside a fusion or a decomposition, of an earlier line there); nothing is
 // read after its `del`; everything the trace returns (and, for an augmented
-// forward, its flat_args, the inputs) is still there at the return.  The jit
+// forward, its flat_args, the inputs) is still there at the return; a
+// scalar read by name (`f0`) is one the backward unpacks from C1, with the
+// value the line computes with.  The jit
 // checks every trace it makes, so a pass that breaks one fails loudly.
 #pragma once
 #include <string>

@@ -1,9 +1,11 @@
 #include <volt/jit/grad.h>
 
 #include <chrono>
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
+#include <volt/autograd/node.h>
 #include <volt/autograd/vjp.h>
 #include <volt/jit/executor.h>
 #include <volt/jit/grad_transform.h>
@@ -77,6 +79,44 @@ std::vector<BoundSymbol> expose(const std::vector<BoundSymbol>& bsyms, const std
   return out;
 }
 
+// The scalars one VJP rule reads from its forward op (mul(t, 1.11)'s 1.11),
+// and the proxy ids [first, last) the rule's backward lines define.
+struct ScalarReads {
+  int64_t first = 0, last = 0;
+  std::vector<Scalar> read;
+};
+
+// Names the scalars each backward line reads from its forward op: they print
+// as f0, f1, ... (the backward unpacks them from C1).  A line belongs to the
+// rule whose id range holds its first output; one of its scalar arguments is
+// saved when it is the very scalar the rule read.  Appends new ones to `saved`.
+void name_saved_scalars(std::vector<BoundSymbol>& bsyms, const std::vector<ScalarReads>& rules,
+                        std::map<std::pair<size_t, size_t>, std::string>& name_of,
+                        std::vector<NamedScalar>& saved) {
+  for (BoundSymbol& b : bsyms) {
+    if (!b.outputs.empty()) {
+      const int64_t id = id_of(b.outputs.front());
+      for (size_t r = 0; r < rules.size(); ++r) {
+        if (id < rules[r].first || id >= rules[r].last) continue;
+        for (size_t i = 0; i < b.call.args.size(); ++i) {
+          const Value& v = b.call.args[i];
+          if (v.is_tensor) continue;
+          for (size_t k = 0; k < rules[r].read.size(); ++k) {
+            const Scalar& s = rules[r].read[k];
+            if (s.kind != v.scalar.kind || s.value != v.scalar.value) continue;
+            auto [it, fresh] = name_of.try_emplace({r, k}, "f" + std::to_string(saved.size()));
+            if (fresh) saved.push_back({it->second, s});
+            b.scalar_names.resize(b.call.args.size());
+            b.scalar_names[i] = it->second;
+            break;
+          }
+        }
+      }
+    }
+    name_saved_scalars(b.subsymbols, rules, name_of, saved);
+  }
+}
+
 }  // namespace
 
 GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool>& requires_grad,
@@ -112,6 +152,7 @@ GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool
   // Trace the VJP rules in reverse order, summing gradients of reused values.
   std::vector<Tensor> cotangents;
   std::unordered_map<int64_t, Tensor> grads;
+  std::vector<ScalarReads> scalar_reads;
   for (const Tensor& o : fwd.outputs) {
     Tensor c = names.make({o.sizes(), o.dtype(), o.device()}, &names, "cotangent" + (fwd.outputs.size() > 1 ? std::to_string(cotangents.size()) : std::string()));
     cotangents.push_back(c);
@@ -153,7 +194,18 @@ GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool
                        "its grad transform put no gradient for input " << i << " (" << v.tensor.meta_str() << ")");
         }
       } else {
+        ScalarReads reads;
+        auto wanted = [&](size_t j) {
+          const Value& a = b.call.args[j];
+          return a.is_tensor && a.tensor.defined() && needs.count(id_of(a.tensor)) > 0;
+        };
+        for (size_t i = 0; i < b.call.args.size(); ++i)
+          if (!b.call.args[i].is_tensor && autograd::reads_saved_value(b.call, i, wanted))
+            reads.read.push_back(b.call.args[i].scalar);
+        reads.first = names.size();
         in_grads = autograd::vjp(b.call, gs[0]);
+        reads.last = names.size();
+        if (!reads.read.empty()) scalar_reads.push_back(std::move(reads));
       }
       for (size_t i = 0; i < b.call.args.size() && i < in_grads.size(); ++i) {
         const Value& v = b.call.args[i];
@@ -247,6 +299,8 @@ GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool
     }
     bt.bsyms = std::move(ordered);
   }
+  std::map<std::pair<size_t, size_t>, std::string> scalar_name_of;
+  name_saved_scalars(bt.bsyms, scalar_reads, scalar_name_of, bt.scalars);
   bt.rng_total = fwd.rng_total;
   bt.inputs = saved;
   bt.inputs.insert(bt.inputs.end(), cotangents.begin(), cotangents.end());
@@ -261,6 +315,7 @@ GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool
   for (auto& [unit, k] : expansion_of) by_output[id_of(unit->outputs.front())] = &expanded[k];
   ft.bsyms = expose(expanded.empty() ? fwd.bsyms : splice_forward(fwd.bsyms, by_output), saved_ids);
   ft.kind = Trace::Kind::AugmentedForward;
+  ft.scalars = bt.scalars;
   ft.split = fwd.outputs.size();
   ft.outputs.insert(ft.outputs.end(), saved.begin(), saved.end());
   ft.provenance = "Grad transform and rematerialization";

@@ -174,6 +174,7 @@ std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tenso
     }, /*flatten=*/false);
     std::vector<BoundSymbol> bwd = g.backward.bsyms;
     substitute(bwd, seed_of);
+    inline_saved_scalars(bwd);  // one program: the scalars are its own constants
     t.bsyms.insert(t.bsyms.end(), seeds.begin(), seeds.end());
     t.bsyms.insert(t.bsyms.end(), bwd.begin(), bwd.end());
     t.outputs = transform_ == CallTransform::Grad ? std::vector<Tensor>{} : fwd.outputs;

@@ -40,7 +40,10 @@ std::string type_comment(const ProxyNames& names, const Tensor& t) {
 // "prims.gt(t0, 0.0)" or "volt.linear(input, _0_weight, _0_bias)": prims
 // under prims., volt's ops under volt. (as Thunder names torch's), operators
 // registered by an executor under their own name.
-std::string call_str(const ProxyNames& names, const OpCall& c, bool prim_prefix) {
+// `scalar_names`: per argument, the name a saved scalar prints as ("" or
+// missing: its literal value).
+std::string call_str(const ProxyNames& names, const OpCall& c, bool prim_prefix,
+                     const std::vector<std::string>& scalar_names = {}) {
   std::ostringstream os;
   const char* qualifier = c.op == OpId::custom ? "" : prim_prefix ? "prims." : "volt.";
   // The prim that makes a contiguous copy is what users call `contiguous`.
@@ -56,7 +59,10 @@ std::string call_str(const ProxyNames& names, const OpCall& c, bool prim_prefix)
     const Value& v = c.args[i];
     sep();
     if (custom && i < custom->arg_names.size() && !custom->arg_names[i].empty()) os << custom->arg_names[i] << "=";
-    std::string shown = !v.is_tensor && custom && custom->scalar_repr ? custom->scalar_repr(i, v.scalar) : "";
+    std::string shown = v.is_tensor                                         ? ""
+                        : i < scalar_names.size() && !scalar_names[i].empty() ? scalar_names[i]
+                        : custom && custom->scalar_repr                      ? custom->scalar_repr(i, v.scalar)
+                                                                             : "";
     os << (v.is_tensor ? names.name(v.tensor) : shown.empty() ? v.scalar.repr() : shown);
   }
   switch (op_info(c.op).kind) {
@@ -148,7 +154,7 @@ void print_bsym(std::ostream& os, const ProxyNames& names, const BoundSymbol& b,
       outs += (outs.size() > 1 ? ", " : "") + (unused.count(id_of(o)) ? std::string("_") : names.name(o));
     outs += ")";
   }
-  os << indent << (depth > 0 ? "# " : "") << outs << " = " << call_str(names, b.call, as_prim);
+  os << indent << (depth > 0 ? "# " : "") << outs << " = " << call_str(names, b.call, as_prim, b.scalar_names);
   if (b.outputs.size() == 1) os << "  # " << type_comment(names, b.outputs[0]);
   os << "\n";
   // An executor's own prim called at top level holds just itself: one line says it.
@@ -187,9 +193,14 @@ std::string Trace::str() const {
     // Saved values and cotangents arrive as two collections, unpacked first.
     os << "def " << name << "(saved_for_backward, cotangents):\n"
        << "  # saved_for_backward: \"Collection\"\n  # cotangents: \"Collection\"\n"
-       << "  C0, C1 = saved_for_backward\n"
+       << "  C0, C1, = saved_for_backward\n"
        << "  " << names_list(*names, inputs, split, inputs.size()) << ", = cotangents\n";
     if (split > 0) os << "  " << names_list(*names, inputs, 0, split) << ", = C0\n";
+    if (!scalars.empty()) {
+      os << " ";
+      for (const NamedScalar& s : scalars) os << " " << s.name << ",";
+      os << " = C1\n";
+    }
   } else {
     os << "def " << name << "(" << names_list(*names, inputs, 0, inputs.size()) << "):\n";
   }
@@ -209,12 +220,14 @@ std::string Trace::str() const {
   for (const BoundSymbol& b : bsyms) print_bsym(os, *names, b, 0, &used);
   if (kind == Kind::AugmentedForward) {
     // Thunder's shape: the results, then what backward needs as two
-    // collections, tensors (C0) and scalars (C1; volt's backward traces hold
-    // their scalars as constants, so it is empty).
+    // collections, tensors (C0) and scalars (C1, by value).
     std::vector<Tensor> results(outputs.begin(), outputs.begin() + static_cast<std::ptrdiff_t>(split));
+    std::string c1 = "(";
+    for (size_t i = 0; i < scalars.size(); ++i) c1 += (i ? ", " : "") + scalars[i].value.repr();
+    c1 += scalars.size() == 1 ? ",)" : ")";
     os << "  return {'output': " << outputs_str(*names, results) << ", 'flat_args': ["
        << names_list(*names, inputs, 0, inputs.size()) << "], 'flat_output': " << tuple_str(*names, outputs, 0, split)
-       << "}, (" << tuple_str(*names, outputs, split, outputs.size()) << ", ())\n";
+       << "}, (" << tuple_str(*names, outputs, split, outputs.size()) << ", " << c1 << ")\n";
   } else {
     os << "  return " << outputs_str(*names, outputs) << "\n";
   }
@@ -252,6 +265,13 @@ void substitute(std::vector<BoundSymbol>& bsyms, const std::unordered_map<int64_
     for (Tensor& t : b.fusion_inputs) fix(t);
     for (Tensor& t : b.del_after) fix(t);
     substitute(b.subsymbols, by_id);
+  }
+}
+
+void inline_saved_scalars(std::vector<BoundSymbol>& bsyms) {
+  for (BoundSymbol& b : bsyms) {
+    b.scalar_names.clear();
+    inline_saved_scalars(b.subsymbols);
   }
 }
 

@@ -37,6 +37,9 @@ struct BoundSymbol {
   std::shared_ptr<FusedKernel> kernel;
 
   std::vector<Tensor> del_after;  // values last used here (the delete-last-used pass)
+  // Per argument, the name a scalar saved for backward prints as (`f0`), or
+  // "" for a literal; empty when the line reads none (jit/grad.cpp).
+  std::vector<std::string> scalar_names;
   const Executor* executor = nullptr;  // who runs it (the claim pass)
 };
 
@@ -46,6 +49,14 @@ struct Guard {
   std::vector<BoundSymbol> bsyms;
   Tensor value;     // the proxy whose value was read
   double expected;  // what it was when the trace was made
+};
+
+// A scalar a backward reads from its forward (a dropout's scale): the
+// augmented forward returns its value in the second saved collection (C1),
+// the backward unpacks it under `name` and reads it there.
+struct NamedScalar {
+  std::string name;
+  Scalar value;
 };
 
 struct Program;  // a trace prepared for repeated runs (jit/interpreter.cpp)
@@ -68,6 +79,8 @@ struct Trace {
   enum class Kind { Plain, AugmentedForward, Backward };
   Kind kind = Kind::Plain;
   size_t split = 0;
+  // Augmented forward and backward: the scalars saved for backward (C1).
+  std::vector<NamedScalar> scalars;
 
   std::shared_ptr<const Program> program;  // built on first run
   // The names of its proxies, shared by every trace a pass makes from it.
@@ -85,6 +98,8 @@ class ProxyNames {
   void set(const Tensor& t, std::string name);
   // A new proxy, named `name`, or tN (the next free number) when name is empty.
   Tensor make(const TensorMeta& m, const void* owner, std::string name = {});
+  // How many proxies it names: the id the next one gets.
+  int64_t size() const { return static_cast<int64_t>(names_.size()); }
 
  private:
   std::vector<std::string> names_;
@@ -100,6 +115,11 @@ std::vector<BoundSymbol> flatten_to_prims(const std::vector<BoundSymbol>& bsyms)
 // Replaces proxies by id everywhere in the bound symbols (arguments, outputs,
 // fusion inputs and outputs, subsymbols).
 void substitute(std::vector<BoundSymbol>& bsyms, const std::unordered_map<int64_t, Tensor>& by_id);
+
+// Forgets the names of saved scalars (BoundSymbol::scalar_names): each reads
+// its literal value again, as where a backward is spliced into the program
+// that computes those scalars, with no C1 between them.
+void inline_saved_scalars(std::vector<BoundSymbol>& bsyms);
 
 // The tensor arguments of a bound symbol (a fusion's inputs for a fusion).
 std::vector<Tensor> tensor_args(const BoundSymbol& b);

@@ -157,3 +157,56 @@ TEST_CASE("trace checker: grad transforms, guards and one-element tuples print a
   g({Tensor::from_vector<float>({0.5f, -1.0f}), Tensor::from_vector<float>({2.0f, 3.0f})});
   check_all(jit::last_traces(g));
 }
+
+TEST_CASE("trace checker: the scalars a backward reads from its forward travel in C1, by name") {
+  manual_seed(0);
+  const double p = 0.5;  // each dropout's backward multiplies by 1 / (1 - p) = 2
+  auto model = std::make_shared<nn::MLP>(24, std::vector<int64_t>{16, 16, 4}, true, p);
+  Tensor x = Tensor::rand({8, 24});
+  Tensor y = Tensor::from_vector<int64_t>({1, 2, 3, 0, 1, 2, 3, 0});
+  auto train = jit::jit(model);
+  cross_entropy(train(x), y).backward();
+  size_t dropouts = 0;
+  for (const jit::BoundSymbol& b : jit::last_traces(train).front().bsyms) dropouts += b.call.op == OpId::dropout;
+  REQUIRE(dropouts >= 2);
+  const jit::Trace& fwd = jit::last_traces(train).back();
+  const jit::Trace& bwd = jit::last_backward_traces(train).back();
+  REQUIRE(fwd.scalars.size() == dropouts);
+  REQUIRE(bwd.scalars.size() == dropouts);
+  std::string c1 = "(", unpack = " ";
+  for (size_t i = 0; i < dropouts; ++i) {
+    CHECK(fwd.scalars[i].value.value == 1.0 / (1.0 - p));
+    CHECK(bwd.scalars[i].name == "f" + std::to_string(i));
+    c1 += (i ? ", " : "") + python_float_repr(1.0 / (1.0 - p));
+    unpack += " f" + std::to_string(i) + ",";
+  }
+  const std::string fs = fwd.str(), bs = bwd.str();
+  CHECK(fs.find(", " + c1 + "))\n") != std::string::npos);
+  CHECK(bs.find("  C0, C1, = saved_for_backward\n") != std::string::npos);
+  CHECK(bs.find(unpack + " = C1\n") != std::string::npos);
+  for (size_t i = 0; i < dropouts; ++i)  // each read where the scale was a literal
+    CHECK(bs.find(", f" + std::to_string(i) + ")") != std::string::npos);
+  CHECK(bs.find(python_float_repr(1.0 / (1.0 - p)) + ")") == std::string::npos);
+  check_all(jit::last_backward_traces(train));
+  {
+    jit::Trace t = bwd;  // the names read, but nothing unpacked
+    t.scalars.clear();
+    CHECK(jit::trace_problem(t).find("which C1 never unpacks") != std::string::npos);
+  }
+  {
+    jit::Trace t = bwd;  // C1 holds another value than the lines compute with
+    t.scalars[0].value = Scalar(3.0);
+    CHECK(jit::trace_problem(t).find("but C1 holds 3.0") != std::string::npos);
+  }
+}
+
+TEST_CASE("trace checker: a backward spliced into one program (value_and_grad) reads its scalars as literals") {
+  auto g = jit::value_and_grad(jit::jit([](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{sum(mul(in[0], 3.0))};
+  }, {"a"}));
+  auto r = g({Tensor::from_vector<float>({0.5f, -1.0f})});
+  check_all(jit::last_traces(g));
+  const jit::Trace& t = jit::last_traces(g).back();
+  CHECK(t.scalars.empty());
+  CHECK(t.str().find("f0") == std::string::npos);
+}
