@@ -4,7 +4,11 @@
 // backward, step), the same synthetic batches (std::mt19937 with the seeds
 // volt_bench uses) and the same timing rule, on LibTorch's CPU backend.
 //
-//   libtorch_bench [--batch 8,256] [--steps N] [--threads N] [--no-eval] [--json]
+//   libtorch_bench [--model mlp|cnn] [--batch 8,256] [--steps N] [--threads N] [--no-eval] [--json]
+//
+// --model cnn: the Lazy Tensor tutorial's MNIST CNN (volt's nn::MnistCNN, see
+// bench/cnn_workload.h) with nll_loss and Adadelta (lr 1.0), training steps only
+// (zero_grad, forward, loss, backward, step) on the same numbers as (B, 1, 28, 28).
 //
 // Threads: Debian's LibTorch starts with one intra-op thread on this kind of
 // machine; it is given what volt's OpenMP uses, $OMP_NUM_THREADS or else one per
@@ -52,11 +56,69 @@ struct Batch {
   torch::Tensor x, y;
 };
 
-std::vector<Batch> synthetic_batches(int64_t batch) {
+// conv1 -> relu -> conv2 -> relu -> max_pool2d(2) -> dropout1 -> flatten(1)
+//   -> fc1 -> relu -> dropout2 -> fc2 -> log_softmax(dim=1)
+struct CnnImpl : torch::nn::Module {
+  torch::nn::Conv2d conv1{torch::nn::Conv2dOptions(1, 32, 3).stride(1)};
+  torch::nn::Conv2d conv2{torch::nn::Conv2dOptions(32, 64, 3).stride(1)};
+  torch::nn::Dropout dropout1{0.25}, dropout2{0.5};
+  torch::nn::Linear fc1{9216, 128}, fc2{128, 10};
+  CnnImpl() {
+    register_module("conv1", conv1);
+    register_module("conv2", conv2);
+    register_module("dropout1", dropout1);
+    register_module("dropout2", dropout2);
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::relu(conv2(torch::relu(conv1(x))));
+    x = dropout1(torch::max_pool2d(x, {2, 2})).flatten(1);
+    x = dropout2(torch::relu(fc1(x)));
+    return torch::log_softmax(fc2(x), 1);
+  }
+};
+TORCH_MODULE(Cnn);
+
+// LibTorch's C++ frontend has no Adadelta; this is torch.optim.Adadelta's
+// single-tensor update (rho 0.9, eps 1e-6, no weight decay) in in-place ops.
+class Adadelta {
+ public:
+  Adadelta(std::vector<torch::Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
+    for (auto& p : params_) {
+      square_avg_.push_back(torch::zeros_like(p));
+      acc_delta_.push_back(torch::zeros_like(p));
+    }
+  }
+  void zero_grad() {
+    for (auto& p : params_) p.mutable_grad().reset();  // set_to_none
+  }
+  void step() {
+    torch::NoGradGuard guard;
+    const double rho = 0.9, eps = 1e-6;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const torch::Tensor& g = params_[i].grad();
+      if (!g.defined()) continue;
+      square_avg_[i].mul_(rho).addcmul_(g, g, 1 - rho);
+      torch::Tensor std = square_avg_[i].add(eps).sqrt_();
+      torch::Tensor delta = acc_delta_[i].add(eps).sqrt_().div_(std).mul_(g);
+      acc_delta_[i].mul_(rho).addcmul_(delta, delta, 1 - rho);
+      params_[i].add_(delta, -lr_);
+    }
+  }
+
+ private:
+  std::vector<torch::Tensor> params_, square_avg_, acc_delta_;
+  double lr_;
+};
+
+std::vector<Batch> synthetic_batches(int64_t batch, bool images) {
+  const std::vector<int64_t> shape = images ? std::vector<int64_t>{batch, 1, 28, 28}
+                                            : std::vector<int64_t>{batch, kFeatures};
   std::vector<Batch> out;
   for (int k = 0; k < kBatchesHeld; ++k) {
     bench::RawBatch b = bench::synthetic_batch(batch, k);
-    out.push_back({torch::from_blob(b.x.data(), {batch, kFeatures}, torch::kFloat32).clone(),
+    out.push_back({torch::from_blob(b.x.data(), shape, torch::kFloat32).clone(),
                    torch::from_blob(b.y.data(), {batch}, torch::kInt64).clone()});
   }
   return out;
@@ -81,6 +143,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> batches = {8, 64, 256, 1024};
   int64_t steps = 0;
   bool json = false, eval = true;
+  std::string model = "mlp";
   int threads = static_cast<int>(std::thread::hardware_concurrency());
   if (const char* e = std::getenv("OMP_NUM_THREADS")) threads = std::atoi(e);
   for (int i = 1; i < argc; ++i) {
@@ -93,23 +156,49 @@ int main(int argc, char** argv) {
       steps = std::stoll(argv[++i]);
     } else if (a == "--threads" && i + 1 < argc) {
       threads = std::stoi(argv[++i]);
+    } else if (a == "--model" && i + 1 < argc) {
+      model = argv[++i];
+      if (model != "mlp" && model != "cnn") {
+        std::fprintf(stderr, "libtorch_bench: --model: unknown model '%s' (mlp, cnn)\n", model.c_str());
+        return 2;
+      }
     } else if (a == "--json") {
       json = true;
     } else if (a == "--no-eval") {
       eval = false;
     } else {
-      std::fprintf(stderr, "usage: libtorch_bench [--batch LIST] [--steps N] [--threads N] [--no-eval] [--json]\n");
+      std::fprintf(stderr, "usage: libtorch_bench [--model mlp|cnn] [--batch LIST] [--steps N] [--threads N] [--no-eval] [--json]\n");
       return 2;
     }
   }
   if (threads > 0) torch::set_num_threads(threads);
   std::fprintf(stderr, "libtorch_bench: LibTorch %s, %d intra-op threads\n", TORCH_VERSION,
                torch::get_num_threads());
+  if (model == "cnn") {
+    for (int64_t batch : batches) {
+      torch::manual_seed(1);
+      Cnn net;
+      net->train();
+      Adadelta opt(net->parameters(), 1.0);
+      auto data = synthetic_batches(batch, true);
+      size_t k = 0;
+      auto train_step = [&] {
+        const Batch& b = data[k++ % data.size()];
+        opt.zero_grad();
+        auto loss = torch::nll_loss(net->forward(b.x), b.y);
+        loss.backward();
+        opt.step();
+      };
+      train_step();
+      print_cell(json, "train", batch, time_steps(train_step, steps));
+    }
+    return 0;
+  }
   for (int64_t batch : batches) {
     auto net = make_model();
     net->train();
     torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(1e-3));
-    auto data = synthetic_batches(batch);
+    auto data = synthetic_batches(batch, false);
     size_t k = 0;
     auto train_step = [&] {
       const Batch& b = data[k++ % data.size()];

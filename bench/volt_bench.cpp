@@ -5,6 +5,7 @@
 //   volt_bench --mode jit --batch 8,256     # some cells
 //   volt_bench --json > result.json         # one JSON array
 //   volt_bench --steps 2 --smoke            # every cell once, quickly (./test.sh)
+//   volt_bench --model cnn                  # the MNIST CNN instead (bench/cnn_workload.h)
 //
 // The workload is MLP(784, [784, 784, 784, 28, 10], dropout 0.1) with
 // cross-entropy and Adam (lr 1e-3), as in examples/mnist_mlp.  A training step
@@ -37,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "cnn_workload.h"
 #include "common.h"
 #include "cpu_figures.h"
 #include "distributed.h"
@@ -100,10 +102,14 @@ struct Options {
   int threads = 0;             // volt's and LibTorch's threads; 0: their defaults
   bool busy = false;           // the busy-machine scenario
   bool epoch = false;          // a full MNIST epoch per mode and batch (needs --data-dir)
+  std::string model = "mlp";   // mlp: the matrix below; cnn: bench/cnn_workload.h
+  bool batches_given = false, modes_given = false;
 };
 
 const char* kUsage =
     "usage: volt_bench [options]\n"
+    "  --model NAME       mlp (default) or cnn: the MNIST CNN, Adadelta, cpu training steps,\n"
+    "                     batch 64 unless --batch (bench/cnn_workload.h)\n"
     "  --mode LIST        eager,jit,step,lazy (default: all modes this build has;\n"
     "                     step: the whole training step compiled by volt::jit::compile_step)\n"
     "  --device LIST      cpu,cuda (default: both; cuda only when available)\n"
@@ -164,12 +170,17 @@ Options parse_args(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::cout << kUsage;
       std::exit(0);
+    } else if (arg == "--model") {
+      o.model = next();
+      if (o.model != "mlp" && o.model != "cnn") usage_error("--model: unknown model '" + o.model + "' (mlp, cnn)");
     } else if (arg == "--mode") {
       o.modes = split(next());
+      o.modes_given = true;
     } else if (arg == "--device") {
       o.devices = split(next());
     } else if (arg == "--batch") {
       o.batches.clear();
+      o.batches_given = true;
       for (const auto& b : split(next())) o.batches.push_back(to_int(arg, b));
     } else if (arg == "--steps") {
       o.steps = to_int(arg, next());
@@ -207,10 +218,13 @@ Options parse_args(int argc, char** argv) {
       usage_error("unknown option " + arg);
     }
   }
+  const std::vector<std::string> cnn_modes = {"eager", "jit", "step", "lazy"};  // bench/cnn_workload.cpp's
+  if (o.model == "cnn" && !o.modes_given) o.modes = cnn_modes;
+  const std::vector<std::string>& known = o.model == "cnn" ? cnn_modes : kModes;
   for (const auto& m : o.modes)
-    if (std::find(kModes.begin(), kModes.end(), m) == kModes.end())
+    if (std::find(known.begin(), known.end(), m) == known.end())
       usage_error("--mode: unknown mode '" + m + "' (this build has eager, jit, step" +
-                  (kModes.size() > 3 ? ", lazy)" : ")"));
+                  (known.size() > 3 ? ", lazy)" : ")"));
   for (const auto& d : o.devices)
     if (d != "cpu" && d != "cuda") usage_error("--device: unknown device '" + d + "' (cpu, cuda)");
   for (int64_t b : o.batches)
@@ -804,6 +818,26 @@ void add_cpu_figures(const Options& o, std::vector<Metric>& metrics) {
     for (auto& f : bench_cpu::gemm_shapes(batch, peak)) metrics.push_back({f.name, f.values, f.note});
 }
 
+// --model cnn: the CPU training step of the tutorial's CNN, and LibTorch's when built.
+int run_cnn(const Options& o) {
+  bench_cnn::Options c;
+  c.modes = o.modes;
+  c.batches = o.batches_given ? o.batches : std::vector<int64_t>{64};
+  c.steps = o.steps;
+  c.warmup = o.warmup;
+  c.threads = cpu::num_threads();
+  c.json = o.json;
+  if (std::find(o.devices.begin(), o.devices.end(), "cpu") == o.devices.end())
+    usage_error("--model cnn runs on the cpu only");
+  if (!o.no_libtorch) {
+    std::string path = o.libtorch;
+    if (path.empty()) path = (std::filesystem::path(self_path()).parent_path() / "libtorch_bench").string();
+    if (::access(path.c_str(), X_OK) == 0) c.libtorch = path;
+    else if (!o.libtorch.empty()) usage_error("--libtorch: cannot run " + o.libtorch);
+  }
+  return bench_cnn::run(c);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -812,6 +846,7 @@ int main(int argc, char** argv) {
   try {
     if (o.threads > 0) cpu::set_num_threads(o.threads);
     if (o.first_call_batch > 0) return first_call_child(o);
+    if (o.model == "cnn") return run_cnn(o);
 
     std::vector<Device> devices;
     for (const auto& d : o.devices) {
