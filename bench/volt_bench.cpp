@@ -44,6 +44,7 @@
 #include "distributed.h"
 #include <volt/data/dataset.h>
 #include <volt/jit/jit.h>
+#include <volt/jit/lazy/lazy.h>
 #include <volt/jit/step.h>
 #include <volt/nn/loss.h>
 #include <volt/nn/mlp.h>
@@ -56,10 +57,6 @@
 #include <volt/tensor/random.h>
 #include <volt/tensor/storage.h>
 
-#if __has_include("jit/lazy/lazy.h")
-#include <volt/jit/lazy/lazy.h>
-#define VOLT_BENCH_LAZY 1
-#endif
 
 #ifdef VOLT_WITH_CUDA
 #include <volt/tensor/cuda/allocator.h>
@@ -77,11 +74,7 @@ namespace {
 
 // ============================================================ options
 
-#ifdef VOLT_BENCH_LAZY
 const std::vector<std::string> kModes = {"eager", "jit", "step", "lazy"};
-#else
-const std::vector<std::string> kModes = {"eager", "jit", "step"};
-#endif
 
 struct Options {
   std::vector<std::string> modes = kModes;
@@ -317,7 +310,6 @@ Runner make_runner(const std::string& mode, const std::shared_ptr<nn::MLP>& net,
     r.train = r.eval = [f](const Tensor& x) { return (*f)(x); };
     if (mode == "step") r.train = [net](const Tensor& x) { return (*net)(x); };
   }
-#ifdef VOLT_BENCH_LAZY
   else if (mode == "lazy") {
     // The module and batches live on the lazy device; the step's graph runs on
     // `device` at mark_step (its compiled form is cached after the first step).
@@ -330,7 +322,6 @@ Runner make_runner(const std::string& mode, const std::shared_ptr<nn::MLP>& net,
       synchronize(device);
     };
   }
-#endif
   return r;
 }
 

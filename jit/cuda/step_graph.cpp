@@ -122,7 +122,8 @@ std::unordered_map<int64_t, Tensor> donations(const Trace& t, const std::vector<
         for (const Tensor& a : tensor_args(p))
           if (id_of(a) == old_id) {
             last_read = i;
-            viewed = viewed || op_info(p.call.op).kind == OpKind::View;
+            // (a fused region stays whole here: it has no op of its own)
+            viewed = viewed || (p.fusion_name.empty() && op_info(p.call.op).kind == OpKind::View);
           }
     }
     if (maker == t.bsyms.size() || viewed || last_read != maker) continue;
@@ -176,7 +177,7 @@ StepGraph::StepGraph(const Trace& trace, const std::vector<Tensor>& state, const
   // A random prim outside a fused kernel would bake its draw into the graph.
   for (const BoundSymbol& b : trace.bsyms) {
     if (b.fusion_name.empty() || !b.kernel)
-      for (const BoundSymbol& p : flatten_to_prims({b}))
+      for (const BoundSymbol& p : flatten_to_prims(b.fusion_name.empty() ? std::vector<BoundSymbol>{b} : b.subsymbols))
         VOLT_CHECK(op_info(p.call.op).kind != OpKind::Random, "compile_step",
                    "cannot capture the step in a CUDA graph: " << op_name(p.call)
                                                                << " runs outside a fused kernel");
