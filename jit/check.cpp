@@ -27,7 +27,7 @@ struct Checker {
   bool lines(const std::vector<BoundSymbol>& bsyms, std::unordered_set<int64_t>& defined,
              std::unordered_set<int64_t>& deleted, const std::string& where) {
     for (const BoundSymbol& b : bsyms) {
-      const std::string line = where + (b.fusion_name.empty() ? std::string(op_name(b.call)) : b.fusion_name);
+      const std::string line = where + (!b.is_fusion() ? std::string(op_name(b.call)) : b.fusion_name);
       for (const Tensor& a : tensor_args(b)) {
         if (deleted.count(id_of(a))) return fail(line + " reads " + name(a) + " after its del");
         if (!defined.count(id_of(a))) return fail(line + " reads " + name(a) + ", which is not defined before it");
@@ -46,7 +46,7 @@ struct Checker {
       if (!b.subsymbols.empty() && !b.top_level_prim) {
         // A fusion sees only its inputs; a decomposition what its op sees.
         std::unordered_set<int64_t> inner, inner_deleted;
-        if (!b.fusion_name.empty()) {
+        if (b.is_fusion()) {
           for (const Tensor& a : b.fusion_inputs) inner.insert(id_of(a));
         } else {
           inner = defined;

@@ -8,7 +8,7 @@
 namespace volt::jit {
 
 bool is_collective(const BoundSymbol& b) {
-  return b.fusion_name.empty() && b.call.op == OpId::custom && custom_op(b.call.attrs.custom).collective;
+  return !b.is_fusion() && b.call.op == OpId::custom && custom_op(b.call.attrs.custom).collective;
 }
 
 Trace place_collectives_pass(const Trace& t) {

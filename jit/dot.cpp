@@ -134,7 +134,7 @@ std::string to_dot(const Trace& t, const DotOptions& options) {
     }
     const std::string indent = open_section.empty() ? "  " : "    ";
     const std::string id = "b" + std::to_string(i);
-    if (b.fusion_name.empty()) {
+    if (!b.is_fusion()) {
       g.op_node(id, b, indent);
       for (const Tensor& a : tensor_args(b)) g.edge_in(a, id);
       for (const Tensor& o : b.outputs) g.producer[id_of(o)] = id;

@@ -113,12 +113,12 @@ Claim Executor::claim(const BoundSymbol& b, ProxyNames&) const {
 
 std::vector<Tensor> Executor::execute(const BoundSymbol& b, const std::vector<Tensor>& args,
                                       const PhiloxState& rng) const {
-  if (b.fusion_name.empty() && is_prim(b.call)) return run_eager(bound_call(b.call, args, rng));
+  if (!b.is_fusion() && is_prim(b.call)) return run_eager(bound_call(b.call, args, rng));
   // A region or a composite: its prims one by one.
   std::unordered_map<int64_t, Tensor> values;
   std::vector<Tensor> ins = tensor_args(b);
   for (size_t i = 0; i < ins.size(); ++i) values[id_of(ins[i])] = args.at(i);
-  for (const BoundSymbol& p : flatten_to_prims(b.fusion_name.empty() ? std::vector<BoundSymbol>{b} : b.subsymbols)) {
+  for (const BoundSymbol& p : flatten_to_prims(!b.is_fusion() ? std::vector<BoundSymbol>{b} : b.subsymbols)) {
     std::vector<Tensor> a;
     for (const Tensor& t : tensor_args(p)) a.push_back(values.at(id_of(t)));
     std::vector<Tensor> outs = run_eager(bound_call(p.call, a, rng));
@@ -204,7 +204,7 @@ Claim FusionExecutor::claim(const BoundSymbol& b, ProxyNames&) const {
 
 std::vector<Tensor> FusionExecutor::execute(const BoundSymbol& b, const std::vector<Tensor>& args,
                                             const PhiloxState& rng) const {
-  if (!b.fusion_name.empty() && compiled(b)) return run_fusion(b, args, rng);
+  if (b.is_fusion() && compiled(b)) return run_fusion(b, args, rng);
   return Executor::execute(b, args, rng);
 }
 

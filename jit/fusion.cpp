@@ -135,6 +135,7 @@ Trace fusion_pass(const Trace& t) {
     const Group& G = groups[g];
     if (G.start != i) continue;  // emitted with its group, at the group's first member
     BoundSymbol f;
+    f.kind = BoundSymbol::Kind::Fusion;
     f.executor = G.fu;
     f.fusion_name = G.fu->prefix() + std::to_string(count[G.fu]++);
     std::unordered_set<int64_t> inside, seen_in;

@@ -167,7 +167,7 @@ std::vector<BoundSymbol> splice_forward(const std::vector<BoundSymbol>& bsyms,
   std::vector<BoundSymbol> out;
   for (const BoundSymbol& b : bsyms) {
     const ExpandedGradTransform* e = nullptr;
-    if (!b.outputs.empty() && b.fusion_name.empty())
+    if (!b.outputs.empty() && !b.is_fusion())
       if (auto it = by_output.find(id_of(b.outputs[0])); it != by_output.end() && same_call(it->second->original, b.call))
         e = it->second;
     if (e) {

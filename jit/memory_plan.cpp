@@ -65,10 +65,10 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
     P.steps.push_back(std::move(s));
   };
   for (const BoundSymbol& b : t.bsyms) {
-    if (!b.fusion_name.empty() && b.kernel && b.kernel->fn) {  // a host kernel: run into the plan's buffers
+    if (b.is_fusion() && b.kernel && b.kernel->fn) {  // a host kernel: run into the plan's buffers
       add(Impl::Kind::Fusion, b);
     } else if (b.executor && b.executor != &eager_executor()) {
-      if (b.fusion_name.empty() || b.kernel) {
+      if (!b.is_fusion() || b.kernel) {
         add(Impl::Kind::Other, b);
         continue;
       }

@@ -299,7 +299,7 @@ std::string CompiledStep::last_trace_str() const {
   // One section per bound symbol, by the first value it makes.
   std::vector<const char*> label;
   for (const BoundSymbol& b : t.bsyms) {
-    const std::vector<BoundSymbol> parts = b.fusion_name.empty() ? std::vector<BoundSymbol>{b} : b.subsymbols;
+    const std::vector<BoundSymbol> parts = !b.is_fusion() ? std::vector<BoundSymbol>{b} : b.subsymbols;
     StepSection s = StepSection::Forward;
     bool found = false;
     for (const BoundSymbol& p : parts) {

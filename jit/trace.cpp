@@ -135,7 +135,7 @@ std::string outputs_str(const ProxyNames& names, const std::vector<Tensor>& outs
 void print_bsym(std::ostream& os, const ProxyNames& names, const BoundSymbol& b, int depth,
                 const std::unordered_set<int64_t>* used = nullptr) {
   std::string indent(2 + 2 * depth, ' ');
-  if (!b.fusion_name.empty()) {
+  if (b.is_fusion()) {
     // A fusion returns a tuple, even of one value.
     os << indent << tuple_str(names, b.outputs, 0, b.outputs.size()) << " = " << b.fusion_name << "(";
     for (size_t i = 0; i < b.fusion_inputs.size(); ++i) os << (i ? ", " : "") << names.name(b.fusion_inputs[i]);
@@ -237,7 +237,7 @@ std::string Trace::str() const {
 std::vector<BoundSymbol> flatten_to_prims(const std::vector<BoundSymbol>& bsyms) {
   std::vector<BoundSymbol> out;
   for (const BoundSymbol& b : bsyms) {
-    if (b.subsymbols.empty() || !b.fusion_name.empty()) {
+    if (b.subsymbols.empty() || b.is_fusion()) {
       BoundSymbol p = b;
       p.top_level_prim = false;
       out.push_back(std::move(p));
@@ -276,7 +276,7 @@ void inline_saved_scalars(std::vector<BoundSymbol>& bsyms) {
 }
 
 std::vector<Tensor> tensor_args(const BoundSymbol& b) {
-  if (!b.fusion_name.empty()) return b.fusion_inputs;
+  if (b.is_fusion()) return b.fusion_inputs;
   std::vector<Tensor> r;
   for (const Value& v : b.call.args)
     if (v.is_tensor && v.tensor.defined()) r.push_back(v.tensor);

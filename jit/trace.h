@@ -31,7 +31,15 @@ struct BoundSymbol {
   std::vector<BoundSymbol> subsymbols;  // the decomposition (prims under an op)
   bool top_level_prim = false;          // a prim the user called directly
 
-  // A fusion region: `cpuFusion0(inputs) -> outputs`, its prims in subsymbols.
+  // What it is: an op (`call`, with its decomposition in subsymbols), or a
+  // fused region (`cpuFusion0(inputs) -> outputs`, made by the fusion pass,
+  // jit/fusion.h), which has no op of its own: its prims are its subsymbols,
+  // its inputs fusion_inputs, its kernel `kernel`; `call` is unused.
+  enum class Kind { Op, Fusion };
+  Kind kind = Kind::Op;
+  bool is_fusion() const { return kind == Kind::Fusion; }
+
+  // A fused region's name, inputs and generated kernel (jit/codegen.h).
   std::string fusion_name;
   std::vector<Tensor> fusion_inputs;
   std::shared_ptr<FusedKernel> kernel;

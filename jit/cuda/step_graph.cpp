@@ -75,12 +75,12 @@ Trace hoist_factories(const Trace& t, std::vector<Tensor>& values) {
   r.bsyms.clear();
   r.program = nullptr;
   for (const BoundSymbol& b : t.bsyms) {
-    if ((!b.fusion_name.empty() && b.kernel) || dynamic_cast<const OperatorExecutor*>(b.executor)) {
+    if ((b.is_fusion() && b.kernel) || dynamic_cast<const OperatorExecutor*>(b.executor)) {
       r.bsyms.push_back(b);
       continue;
     }
     const size_t first = r.bsyms.size();
-    for (const BoundSymbol& p : flatten_to_prims(b.fusion_name.empty() ? std::vector<BoundSymbol>{b} : b.subsymbols)) {
+    for (const BoundSymbol& p : flatten_to_prims(!b.is_fusion() ? std::vector<BoundSymbol>{b} : b.subsymbols)) {
       if (p.call.op != OpId::custom && tensor_args(p).empty() && op_info(p.call.op).kind != OpKind::Random) {
         NoGradGuard no_grad;
         std::vector<Tensor> made = run_eager(p.call);
@@ -123,12 +123,12 @@ std::unordered_map<int64_t, Tensor> donations(const Trace& t, const std::vector<
           if (id_of(a) == old_id) {
             last_read = i;
             // (a fused region stays whole here: it has no op of its own)
-            viewed = viewed || (p.fusion_name.empty() && op_info(p.call.op).kind == OpKind::View);
+            viewed = viewed || (!p.is_fusion() && op_info(p.call.op).kind == OpKind::View);
           }
     }
     if (maker == t.bsyms.size() || viewed || last_read != maker) continue;
     const BoundSymbol& b = t.bsyms[maker];
-    if (b.fusion_name.empty() || !b.kernel || b.subsymbols.empty()) continue;
+    if (!b.is_fusion() || !b.kernel || b.subsymbols.empty()) continue;
     bool reads_old = false;
     for (const Tensor& in : b.fusion_inputs) reads_old = reads_old || id_of(in) == old_id;
     if (!reads_old || b.subsymbols.front().outputs.front().sizes() != old.sizes()) continue;
@@ -176,8 +176,8 @@ StepGraph::StepGraph(const Trace& trace, const std::vector<Tensor>& state, const
   G.rng_total = trace.rng_total;
   // A random prim outside a fused kernel would bake its draw into the graph.
   for (const BoundSymbol& b : trace.bsyms) {
-    if (b.fusion_name.empty() || !b.kernel)
-      for (const BoundSymbol& p : flatten_to_prims(b.fusion_name.empty() ? std::vector<BoundSymbol>{b} : b.subsymbols))
+    if (!b.is_fusion() || !b.kernel)
+      for (const BoundSymbol& p : flatten_to_prims(!b.is_fusion() ? std::vector<BoundSymbol>{b} : b.subsymbols))
         VOLT_CHECK(op_info(p.call.op).kind != OpKind::Random, "compile_step",
                    "cannot capture the step in a CUDA graph: " << op_name(p.call)
                                                                << " runs outside a fused kernel");

@@ -66,6 +66,15 @@ TEST_CASE("codegen: the MNIST model's training step: 10 fused regions, 4 kernels
   CHECK(st_c.kernels == 4);
   CHECK(after.kernels - before.kernels == 4);
   CHECK(after.shared - before.shared == 6);
+  // Fused regions are their own kind of bound symbol; everything else is an op.
+  int regions = 0;
+  for (const std::vector<jit::Trace>* list : {&jit::last_traces(jm), &jit::last_backward_traces(jm)})
+    for (const jit::BoundSymbol& b : list->back().bsyms) {
+      CHECK(b.is_fusion() == static_cast<bool>(b.kernel));
+      CHECK(b.is_fusion() == !b.fusion_name.empty());
+      regions += b.is_fusion();
+    }
+  CHECK(regions == 10);
   std::map<std::string, jit::KernelFn> fn_of;
   std::set<jit::KernelFn> fns;
   std::vector<unsigned long long> bases;

@@ -43,7 +43,7 @@ Tensor step_body(nn::MLP& net, nn::SGD& opt, const Tensor& x, const Tensor& y) {
 }
 
 bool is_fake(const jit::BoundSymbol& b) {
-  return b.fusion_name.empty() && b.call.op == OpId::custom && b.call.attrs.custom == fake_all_reduce();
+  return !b.is_fusion() && b.call.op == OpId::custom && b.call.attrs.custom == fake_all_reduce();
 }
 
 // For each collective of `t`: whether only collectives stand between it and

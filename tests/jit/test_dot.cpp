@@ -54,7 +54,7 @@ TEST_CASE("dot: a trace's fused region is a cluster holding exactly its prims") 
   size_t fusions = 0;
   for (size_t i = 0; i < t.bsyms.size(); ++i) {
     const jit::BoundSymbol& b = t.bsyms[i];
-    if (b.fusion_name.empty()) {
+    if (!b.is_fusion()) {
       CHECK(dot.find("  b" + std::to_string(i) + " [shape=box") != std::string::npos);
       continue;
     }
@@ -85,7 +85,7 @@ TEST_CASE("dot: a trace's fused region is a cluster holding exactly its prims") 
   // One edge per tensor argument of every drawn op (fused prims count one by one), plus the return.
   size_t edges = 0;
   for (const jit::BoundSymbol& b : t.bsyms) {
-    const auto parts = b.fusion_name.empty() ? std::vector<jit::BoundSymbol>{b} : b.subsymbols;
+    const auto parts = !b.is_fusion() ? std::vector<jit::BoundSymbol>{b} : b.subsymbols;
     for (const jit::BoundSymbol& p : parts) edges += jit::tensor_args(p).size();
   }
   CHECK(count(dot, " -> ") == edges + t.outputs.size());

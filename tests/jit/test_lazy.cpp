@@ -374,7 +374,7 @@ TEST_CASE("lazy: an optimizer's update is laid out after the matmul it needs, as
   // elementwise prims; the chain must not be cut by the matmul's subgraph.
   int fusions = 0;
   for (const jit::BoundSymbol& b : lazy::last_compiled_traces().back().bsyms)
-    if (!b.fusion_name.empty() && b.outputs.at(0).sizes() == Shape{16, 12}) ++fusions;
+    if (b.is_fusion() && b.outputs.at(0).sizes() == Shape{16, 12}) ++fusions;
   CHECK(fusions == 1);
 }
 

@@ -259,7 +259,7 @@ TEST_CASE("ddp: the compiled step with the all-reduce op equals the eager step")
         maker_found = true;
         break;
       }
-      const bool collective = p.call.op == OpId::custom && p.fusion_name.empty() &&
+      const bool collective = p.call.op == OpId::custom && !p.is_fusion() &&
                               std::string(op_name(p.call)) == "dist.all_reduce_mean";
       CHECK_MESSAGE(collective, "an op that is not an all-reduce sits between all-reduce " << found
                                                                                            << " and its last input");
