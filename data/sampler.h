@@ -14,7 +14,7 @@ class Sampler {
   virtual ~Sampler() = default;
   virtual int64_t size() const = 0;  // the number of indices it draws from (the dataset's size)
   // How many indices next_epoch() gives: size(), or fewer for one rank's
-  // share (nn/parallel/distributed_sampler.h).
+  // share (data/distributed_sampler.h).
   virtual int64_t epoch_length() const { return size(); }
   // The indices of the next epoch, in visiting order.
   virtual std::vector<int64_t> next_epoch() = 0;

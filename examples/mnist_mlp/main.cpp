@@ -37,7 +37,7 @@
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
 #include <volt/nn/parallel/ddp.h>
-#include <volt/nn/parallel/distributed_sampler.h>
+#include <volt/data/distributed_sampler.h>
 #include <volt/tensor/backend.h>
 #include <volt/tensor/dispatch.h>
 #include <volt/tensor/ops.h>

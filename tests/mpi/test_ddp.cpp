@@ -13,7 +13,7 @@
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
 #include <volt/nn/parallel/ddp.h>
-#include <volt/nn/parallel/distributed_sampler.h>
+#include <volt/data/distributed_sampler.h>
 #include <volt/tensor/random.h>
 
 using namespace volt;

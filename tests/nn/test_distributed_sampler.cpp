@@ -4,7 +4,7 @@
 
 #include <volt/data/sampler.h>
 #include <volt/nn/parallel/dist.h>
-#include <volt/nn/parallel/distributed_sampler.h>
+#include <volt/data/distributed_sampler.h>
 
 using namespace volt;
 

@@ -1,10 +1,10 @@
-#include <volt/nn/parallel/distributed_sampler.h>
+#include <volt/data/distributed_sampler.h>
 
 #include <numeric>
 
 #include <volt/tensor/error.h>
 
-namespace volt::dist {
+namespace volt::data {
 
 DistributedSampler::DistributedSampler(int64_t n, int rank, int world_size, uint64_t seed, bool shuffle,
                                        bool drop_last)
@@ -31,4 +31,4 @@ std::vector<int64_t> DistributedSampler::next_epoch() {
   return mine;
 }
 
-}  // namespace volt::dist
+}  // namespace volt::data

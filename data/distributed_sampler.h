@@ -1,7 +1,7 @@
 // A sampler that gives each rank its own share of every epoch's permutation,
 // as PyTorch's DistributedSampler.
 //
-//   volt::dist::DistributedSampler s(10, /*rank=*/1, /*world_size=*/2, /*seed=*/0);
+//   volt::data::DistributedSampler s(10, /*rank=*/1, /*world_size=*/2, /*seed=*/0);
 //   s.next_epoch();  // the odd places of epoch 0's permutation of 0..9: 5 indices
 //
 // Every rank draws the same permutation (data::RandomSampler::permutation with
@@ -19,9 +19,9 @@
 
 #include <volt/data/sampler.h>
 
-namespace volt::dist {
+namespace volt::data {
 
-class DistributedSampler : public data::Sampler {
+class DistributedSampler : public Sampler {
  public:
   DistributedSampler(int64_t n, int rank, int world_size, uint64_t seed, bool shuffle = true,
                      bool drop_last = false);
@@ -39,4 +39,10 @@ class DistributedSampler : public data::Sampler {
   int64_t epoch_ = 0;
 };
 
+}  // namespace volt::data
+
+namespace volt::dist {
+// Beside volt::dist's process group (nn/parallel/dist.h), as PyTorch keeps it
+// beside torch.distributed.
+using data::DistributedSampler;
 }  // namespace volt::dist
