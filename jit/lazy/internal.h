@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <volt/jit/lazy/describe.h>
+#include <volt/jit/lazy/lazy.h>
 #include <volt/jit/lazy/runner.h>
 #include <volt/jit/trace.h>
 #include <volt/tensor/random.h>
@@ -115,11 +116,11 @@ inline int64_t us_since(Clock::time_point t0) {
 // Settings read at start-up (lazy.cpp).
 Device backend_from_env();
 std::set<std::string> fallback_from_env();
-bool async_from_env();
+AsyncMode async_from_env();
 
 struct State {
   Device backend = backend_from_env();
-  bool async = async_from_env();
+  AsyncMode async = async_from_env();
   std::set<std::string> forced_fallback = fallback_from_env();
   size_t size_limit = 100000;
   size_t pending_nodes = 0;  // recorded since the last graph of every live tensor ran
@@ -164,6 +165,9 @@ std::shared_ptr<Entry> lookup_or_compile(const Graph& g, Reason why);
 
 // describe.cpp: the graph in words, for the compile reason.
 GraphDesc describe_graph(const Graph& g);
+
+// lazy.cpp: whether a mark_step's graph goes to the step runner now.
+bool async_now();
 
 // run.cpp: running graphs and reading their values.
 void run_graph(std::vector<ValuePtr> values, Reason why);

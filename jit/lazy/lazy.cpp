@@ -5,10 +5,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <sstream>
+#include <thread>
+
+#include <sched.h>
 
 #include <volt/jit/kernel_cache.h>
 #include <volt/jit/lazy/internal.h>
 #include <volt/tensor/backend.h>
+#include <volt/tensor/cpu_threads.h>
 
 namespace volt::lazy {
 
@@ -35,12 +39,29 @@ std::set<std::string> fallback_from_env() {
   return r;
 }
 
-bool async_from_env() {
+AsyncMode async_from_env() {
   const char* e = std::getenv("VOLT_LAZY_ASYNC");
-  if (!e || !*e) return true;
+  if (!e || !*e) return AsyncMode::Auto;
   std::string s = e;
-  VOLT_CHECK(s == "0" || s == "1", "VOLT_LAZY_ASYNC", "expected 0 or 1, got '" << s << "'");
-  return s == "1";
+  VOLT_CHECK(s == "0" || s == "1" || s == "auto", "VOLT_LAZY_ASYNC", "expected 0, 1 or auto, got '" << s << "'");
+  return s == "auto" ? AsyncMode::Auto : s == "1" ? AsyncMode::On : AsyncMode::Off;
+}
+
+// The cores this process may run on.
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+bool async_now() {
+  switch (S().async) {
+    case AsyncMode::On: return true;
+    case AsyncMode::Off: return false;
+    case AsyncMode::Auto: break;
+  }
+  static const int cores = usable_cores();
+  return cpu::num_threads() < cores;
 }
 
 State& S() {
@@ -84,8 +105,10 @@ void sync(const std::vector<Tensor>& tensors) {
   for (const ValuePtr& v : values) settle(*v);
 }
 
-void set_async(bool on) { S().async = on; }
-bool async() { return S().async; }
+void set_async(bool on) { S().async = on ? AsyncMode::On : AsyncMode::Off; }
+void set_async_mode(AsyncMode mode) { S().async = mode; }
+AsyncMode async_mode() { return S().async; }
+bool async() { return async_now(); }
 
 void set_backend(Device device) {
   VOLT_CHECK(device.is_cpu() || device.is_cuda(), "lazy::set_backend",

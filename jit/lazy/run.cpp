@@ -59,7 +59,7 @@ void run_graph(std::vector<ValuePtr> values, Reason why) {
   count(std::string("RunGraph.") + reason_name(why));
   Graph g = build_graph(roots);
   std::shared_ptr<Entry> e = lookup_or_compile(g, why);
-  const bool async = s.async && s.backend.is_cpu() && (why == Reason::MarkStep || why == Reason::SizeLimit);
+  const bool async = async_now() && s.backend.is_cpu() && (why == Reason::MarkStep || why == Reason::SizeLimit);
 
   std::vector<detail::Input> inputs;
   inputs.reserve(g.leaves.size() + g.scalars.size());
