@@ -39,11 +39,13 @@ struct MemoryPlan::Impl {
   std::vector<Tensor> values;                          // by proxy id, reused run to run
   std::shared_ptr<Storage> arena;
   size_t arena_bytes = 0, donated = 0;
+  std::vector<size_t> donated_state;
 };
 
 MemoryPlan::~MemoryPlan() = default;
 size_t MemoryPlan::arena_bytes() const { return impl_->arena_bytes; }
 size_t MemoryPlan::donated() const { return impl_->donated; }
+const std::vector<size_t>& MemoryPlan::donated_state() const { return impl_->donated_state; }
 
 MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, const std::vector<size_t>& updated_state)
     : impl_(std::make_unique<Impl>()) {
@@ -133,6 +135,7 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
         s.donate_to[j] = static_cast<int>(st);
         donated_value[s.outs[j]] = true;
         ++P.donated;
+        P.donated_state.push_back(st);
       }
     }
   }
@@ -203,13 +206,13 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
   }
 }
 
-std::vector<Tensor> MemoryPlan::run(const Trace& trace, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> MemoryPlan::run(const Trace& trace, const std::vector<Tensor>& inputs, const PhiloxState* rng_in) {
   Impl& P = *impl_;
   VOLT_CHECK(inputs.size() == P.inputs.size(), trace.name,
              "expected " << P.inputs.size() << " inputs, got " << inputs.size());
   std::vector<Tensor>& v = P.values;
   for (size_t i = 0; i < inputs.size(); ++i) v[static_cast<size_t>(P.inputs[i])] = inputs[i];
-  const PhiloxState rng = trace.rng_total ? rng_reserve(trace.rng_total) : PhiloxState{};
+  const PhiloxState rng = rng_in ? *rng_in : trace.rng_total ? rng_reserve(trace.rng_total) : PhiloxState{};
   Backend* cpu = backend_for(DeviceType::CPU);
   std::vector<void*> ptrs;
   for (Impl::Step& s : P.steps) {

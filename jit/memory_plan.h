@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <volt/jit/trace.h>
+#include <volt/tensor/random.h>
 
 namespace volt::jit {
 
@@ -30,11 +31,14 @@ class MemoryPlan {
   ~MemoryPlan();
   // Runs the trace: `inputs` are the state then the arguments.  Writes the new
   // state values into the state tensors; returns the trace's outputs (the
-  // step's outputs live in the arena until the next run).
-  std::vector<Tensor> run(const Trace& trace, const std::vector<Tensor>& inputs);
+  // step's outputs live in the arena until the next run).  Random draws use
+  // `rng` when given, else counters reserved from the global generator.
+  std::vector<Tensor> run(const Trace& trace, const std::vector<Tensor>& inputs, const PhiloxState* rng = nullptr);
   size_t arena_bytes() const;
   // How many state updates are written in place (the rest are copied back).
   size_t donated() const;
+  // The input indices (from `updated_state`) whose update is written in place.
+  const std::vector<size_t>& donated_state() const;
 
   struct Impl;
 

@@ -221,6 +221,7 @@ std::shared_ptr<Entry> compile(const Graph& g) {
   e->traces.push_back(jit::dce_cse_pass(e->traces.back()));
   // The jit's pipeline, with its built-in executors (fusion ones first).
   jit::compile_pipeline(e->traces, *e->names, jit::executor_order({}));
+  if (S().backend.is_cpu()) attach_plans(*e, g.leaves.size());
   count("Time.compile_us", us_since(t0));
   return e;
 }

@@ -86,11 +86,17 @@ struct LazyTensor {
 enum class Reason { ValueNeeded, MarkStep, SizeLimit, Fallback };
 const char* reason_name(Reason r);
 
-// A compiled graph: its traces (the last one runs) and the names they print with.
+struct Plans;  // plan.cpp: an entry's memory plans
+
+// A compiled graph: its traces (the last one runs) and the names they print
+// with; on the CPU, its memory plans and, per root, the leaf whose buffer the
+// root may be written into (or -1).
 struct Entry {
   std::string key;
   std::shared_ptr<jit::ProxyNames> names;
   std::vector<jit::Trace> traces;
+  std::vector<int> donatable;
+  std::shared_ptr<Plans> plans;
 };
 
 // The graph behind some values, in post-order, and its cache key.  The key
@@ -117,10 +123,12 @@ inline int64_t us_since(Clock::time_point t0) {
 Device backend_from_env();
 std::set<std::string> fallback_from_env();
 AsyncMode async_from_env();
+bool memory_plan_from_env();
 
 struct State {
   Device backend = backend_from_env();
   AsyncMode async = async_from_env();
+  bool memory_plan = memory_plan_from_env();
   std::set<std::string> forced_fallback = fallback_from_env();
   size_t size_limit = 100000;
   size_t pending_nodes = 0;  // recorded since the last graph of every live tensor ran
@@ -162,6 +170,20 @@ ValuePtr current(LazyTensor& st);  // a view's value replays its op when its bas
 Graph build_graph(std::vector<ValuePtr> roots);
 jit::Trace lower(const Graph& g, const std::shared_ptr<jit::ProxyNames>& names);
 std::shared_ptr<Entry> lookup_or_compile(const Graph& g, Reason why);
+
+// plan.cpp: running a CPU graph from a memory plan, writing new values into
+// the buffers of old ones no one can read any more.
+//   attach_plans: readies a compiled CPU graph for plans; its donatable
+//     roots are those a fused kernel makes from a leaf of the same shape.
+//   dead_leaves: per root, its candidate leaf if nothing outside the graph
+//     holds that leaf's value (a mark_step graph only), else -1.
+//   run_planned: runs the trace; `donate` as dead_leaves gave, `handles` the
+//     number of tensor handles each donated input has when no one else holds it.
+void attach_plans(Entry& e, size_t num_leaves);
+std::vector<int> dead_leaves(const Graph& g, const Entry& e, Reason why);
+std::vector<Tensor> run_planned(Entry& e, const std::vector<Tensor>& in, const PhiloxState& rng,
+                                const std::vector<int>& donate, long handles);
+int64_t take_donated();  // roots written in place since the last call (Plan.donated)
 
 // describe.cpp: the graph in words, for the compile reason.
 GraphDesc describe_graph(const Graph& g);

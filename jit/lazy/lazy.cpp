@@ -47,6 +47,14 @@ AsyncMode async_from_env() {
   return s == "auto" ? AsyncMode::Auto : s == "1" ? AsyncMode::On : AsyncMode::Off;
 }
 
+bool memory_plan_from_env() {
+  const char* e = std::getenv("VOLT_LAZY_MEMORY_PLAN");
+  if (!e || !*e) return true;
+  std::string s = e;
+  VOLT_CHECK(s == "0" || s == "1", "VOLT_LAZY_MEMORY_PLAN", "expected 0 or 1, got '" << s << "'");
+  return s == "1";
+}
+
 // The cores this process may run on.
 int usable_cores() {
   cpu_set_t set;
@@ -109,6 +117,8 @@ void set_async(bool on) { S().async = on ? AsyncMode::On : AsyncMode::Off; }
 void set_async_mode(AsyncMode mode) { S().async = mode; }
 AsyncMode async_mode() { return S().async; }
 bool async() { return async_now(); }
+void set_memory_plan(bool on) { S().memory_plan = on; }
+bool memory_plan() { return S().memory_plan; }
 
 void set_backend(Device device) {
   VOLT_CHECK(device.is_cpu() || device.is_cuda(), "lazy::set_backend",
@@ -189,6 +199,7 @@ namespace metrics {
 // The step runner's execution time joins the counters when they are read.
 static void absorb_runner_time() {
   if (int64_t us = runner().take_execute_us()) count("Time.execute_us", us);
+  if (int64_t n = take_donated()) count("Plan.donated", n);
 }
 
 std::vector<std::string> counter_names() {
@@ -216,6 +227,7 @@ std::string report() {
 
 void reset() {
   runner().take_execute_us();
+  take_donated();
   S().counters.clear();
   S().nodes_recorded = 0;
 }

@@ -82,6 +82,18 @@ void set_async_mode(AsyncMode mode);
 AsyncMode async_mode();
 bool async();  // the mode as it applies now (Auto resolved)
 
+// Whether a mark_step's graph on the CPU runs from a memory plan
+// (jit/memory_plan.h, one per compiled graph): its intermediates live in an
+// arena reused step to step, and a new value of a tensor (a parameter, an
+// optimizer's moment) is written into the buffer of the old value it replaces
+// when nothing else can read that old value any more (no other lazy tensor
+// holds it, no pending node outside the graph reads it, no other tensor
+// shares its memory), as a compiled step updates its state in place.  On by
+// default; VOLT_LAZY_MEMORY_PLAN=0|1 at start-up sets it.  The metric
+// Plan.donated counts the new values written in place.
+void set_memory_plan(bool on);
+bool memory_plan();
+
 // Where lazy graphs run: the CPU (default) or CUDA where that backend is built
 // and a GPU is present.  VOLT_LAZY_BACKEND=cpu|cuda sets it at start-up.
 void set_backend(Device device);

@@ -61,23 +61,39 @@ void run_graph(std::vector<ValuePtr> values, Reason why) {
   std::shared_ptr<Entry> e = lookup_or_compile(g, why);
   const bool async = async_now() && s.backend.is_cpu() && (why == Reason::MarkStep || why == Reason::SizeLimit);
 
+  // A mark_step graph on the CPU runs from a memory plan (plan.cpp) and may
+  // write roots into the buffers of leaves nothing else holds.
+  const bool planned = s.memory_plan && e->plans && s.backend.is_cpu();
+  std::vector<int> donate = planned ? dead_leaves(g, *e, why) : std::vector<int>();
+  std::vector<bool> donated_leaf(g.leaves.size(), false);
+  for (int l : donate)
+    if (l >= 0) donated_leaf[static_cast<size_t>(l)] = true;
+  // The handles a donated input has in the job when no one else holds it:
+  // the job's list and its Input (or the earlier run's outputs), and here,
+  // where the graph still holds the leaf, the leaf's own.
+  const long handles = async ? 2 : 3;
+
   std::vector<detail::Input> inputs;
   inputs.reserve(g.leaves.size() + g.scalars.size());
-  for (const ValuePtr& l : g.leaves) {
-    if (!async) settle(*l);
-    inputs.push_back(input_of(*l));
+  for (size_t i = 0; i < g.leaves.size(); ++i) {
+    LazyValue& l = *g.leaves[i];
+    if (!async) settle(l);
+    inputs.push_back(input_of(l));
+    if (async && donated_leaf[i]) l.data = Tensor();  // read by nothing after this graph
   }
   for (const Operand* o : g.scalars) inputs.push_back({scalar_tensor(*o), nullptr, 0});
   // The job holds its inputs' tensors (and the runs they come from) until it is
   // done, and the compiled entry; nothing of the graph's nodes.
-  detail::Runner::Job job = [e, inputs = std::move(inputs), rng = g.rng, async] {
+  detail::Runner::Job job = [e, inputs = std::move(inputs), rng = g.rng, async, planned, donate = std::move(donate),
+                             handles] {
     std::vector<Tensor> in;
     in.reserve(inputs.size());
     for (const detail::Input& i : inputs) in.push_back(detail::resolve(i));  // an earlier run's error passes on
     NoGradGuard no_grad;
-    if (!async) return jit::interpret(e->traces.back(), in, &rng);
+    auto go = [&] { return planned ? run_planned(*e, in, rng, donate, handles) : jit::interpret(e->traces.back(), in, &rng); };
+    if (!async) return go();
     try {
-      return jit::interpret(e->traces.back(), in, &rng);
+      return go();
     } catch (const Error& err) {
       const std::string where = detail::failing_op(e->traces.front(), in, rng);
       throw Error("lazy: the step run after mark_step failed" + (where.empty() ? "" : " in " + where) + ": " + err.what());
