@@ -32,6 +32,7 @@ struct MemoryPlan::Impl {
     std::vector<Tensor> out_buffers;      // Prim, Fusion: where each output goes (empty: donated)
     std::vector<Tensor> scratch;          // Fusion: a contiguous copy per input, when needed
     std::vector<int> donate_to;           // Fusion: per output, the state index it writes, or -1
+    std::vector<Tensor> fresh;            // Prim, Fusion: per output allocated anew each run, its metadata
   };
   std::vector<Step> steps;
   std::vector<int64_t> inputs, outputs;
@@ -44,10 +45,12 @@ struct MemoryPlan::Impl {
 
 MemoryPlan::~MemoryPlan() = default;
 size_t MemoryPlan::arena_bytes() const { return impl_->arena_bytes; }
+bool MemoryPlan::in_arena(const Tensor& t) const { return t.defined() && t.impl()->storage == impl_->arena; }
 size_t MemoryPlan::donated() const { return impl_->donated; }
 const std::vector<size_t>& MemoryPlan::donated_state() const { return impl_->donated_state; }
 
-MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, const std::vector<size_t>& updated_state)
+MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, const std::vector<size_t>& updated_state,
+                       bool outputs_in_arena)
     : impl_(std::make_unique<Impl>()) {
   Impl& P = *impl_;
   int64_t max_id = -1;
@@ -58,7 +61,7 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
   for (const Tensor& x : t.inputs) P.inputs.push_back(note(x));
   std::unordered_map<int64_t, Tensor> meta;  // a proxy per value, for its metadata
   auto add = [&](Impl::Kind kind, const BoundSymbol& b) {
-    Impl::Step s{kind, b, {}, {}, {}, {}, {}};
+    Impl::Step s{kind, b, {}, {}, {}, {}, {}, {}};
     for (const Tensor& a : tensor_args(b)) s.args.push_back(note(a));
     for (const Tensor& o : b.outputs) {
       s.outs.push_back(note(o));
@@ -156,9 +159,14 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
     Impl::Step& s = P.steps[i];
     if (s.kind != Impl::Kind::Prim && s.kind != Impl::Kind::Fusion) continue;
     s.out_buffers.resize(s.outs.size());
+    s.fresh.resize(s.outs.size());
     for (size_t j = 0; j < s.outs.size(); ++j) {
       if (s.donate_to[j] >= 0) continue;
       const Tensor& m = meta[s.outs[j]];
+      if (!outputs_in_arena && output_uses.count(s.outs[j])) {
+        s.fresh[j] = m;
+        continue;
+      }
       size_t to = last.count(s.outs[j]) ? last[s.outs[j]] : i;
       buffers.push_back({aligned_bytes(m), i, to, 0, m, &s, static_cast<int>(j), -1});
     }
@@ -231,7 +239,9 @@ std::vector<Tensor> MemoryPlan::run(const Trace& trace, const std::vector<Tensor
         }
         for (size_t j = 0; j < s.outs.size(); ++j) {
           Tensor& out = v[static_cast<size_t>(s.outs[j])];
-          out = s.donate_to[j] >= 0 ? inputs[static_cast<size_t>(s.donate_to[j])] : s.out_buffers[j];
+          out = s.donate_to[j] >= 0   ? inputs[static_cast<size_t>(s.donate_to[j])]
+                : s.fresh[j].defined() ? Tensor::empty(s.fresh[j].sizes(), s.fresh[j].dtype(), kCPU)
+                                       : s.out_buffers[j];
           ptrs.push_back(out.raw_data());
         }
         const long long n = static_cast<long long>(s.b.subsymbols.front().outputs.front().numel());
@@ -250,8 +260,13 @@ std::vector<Tensor> MemoryPlan::run(const Trace& trace, const std::vector<Tensor
           c.attrs.offset += rng.offset;
         }
         if (s.kind == Impl::Kind::Prim) {
+          for (size_t j = 0; j < s.outs.size(); ++j)
+            if (s.fresh[j].defined()) s.out_buffers[j] = Tensor::empty(s.fresh[j].sizes(), s.fresh[j].dtype(), kCPU);
           cpu->run(c, s.out_buffers);
-          for (size_t j = 0; j < s.outs.size(); ++j) v[static_cast<size_t>(s.outs[j])] = s.out_buffers[j];
+          for (size_t j = 0; j < s.outs.size(); ++j) {
+            v[static_cast<size_t>(s.outs[j])] = s.out_buffers[j];
+            if (s.fresh[j].defined()) s.out_buffers[j] = Tensor();  // the caller's alone
+          }
         } else {
           std::vector<Tensor> outs;
           if (s.kind == Impl::Kind::View || !s.b.executor) {

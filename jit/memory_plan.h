@@ -27,7 +27,12 @@ namespace volt::jit {
 
 class MemoryPlan {
  public:
-  MemoryPlan(const Trace& trace, size_t num_state, size_t num_outputs, const std::vector<size_t>& updated_state);
+  // With `outputs_in_arena` false, the step's outputs (all but the state's
+  // new values) are allocated anew each run instead, for a caller that keeps
+  // them past the next run; an output that is a view of an intermediate still
+  // lives in the arena (in_arena tells).
+  MemoryPlan(const Trace& trace, size_t num_state, size_t num_outputs, const std::vector<size_t>& updated_state,
+             bool outputs_in_arena = true);
   ~MemoryPlan();
   // Runs the trace: `inputs` are the state then the arguments.  Writes the new
   // state values into the state tensors; returns the trace's outputs (the
@@ -35,6 +40,7 @@ class MemoryPlan {
   // `rng` when given, else counters reserved from the global generator.
   std::vector<Tensor> run(const Trace& trace, const std::vector<Tensor>& inputs, const PhiloxState* rng = nullptr);
   size_t arena_bytes() const;
+  bool in_arena(const Tensor& t) const;
   // How many state updates are written in place (the rest are copied back).
   size_t donated() const;
   // The input indices (from `updated_state`) whose update is written in place.

@@ -118,7 +118,7 @@ std::shared_ptr<Planned> make_plan(const jit::Trace& t, const std::vector<int>& 
       updated.push_back(static_cast<size_t>(donate[j]));
     }
   p->trace.outputs = std::move(outs);
-  p->plan = std::make_unique<jit::MemoryPlan>(p->trace, 0, num_outputs, updated);
+  p->plan = std::make_unique<jit::MemoryPlan>(p->trace, 0, num_outputs, updated, /*outputs_in_arena=*/false);
   return p;
 }
 
@@ -164,9 +164,9 @@ std::vector<Tensor> run_planned(Entry& e, const std::vector<Tensor>& in, const P
   for (int l : p->donated) g_donated += l >= 0;
   for (size_t j = 0; j < r.size(); ++j) {
     const Tensor& o = outs[p->position[j]];
-    // A donated root is its old value's buffer; any other may live in the
-    // arena, which the next run overwrites.
-    r[j] = p->donated[j] >= 0 ? o : o.clone();
+    // A donated root is its old value's buffer, any other its own, except a
+    // view of an intermediate: that is in the arena, which the next run overwrites.
+    r[j] = p->plan->in_arena(o) ? o.clone() : o;
   }
   return r;
 }
