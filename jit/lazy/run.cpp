@@ -18,11 +18,21 @@ const char* reason_name(Reason r) {
   return "?";
 }
 
-// A runtime scalar as the zero-dim tensor its trace input expects.
-Tensor scalar_tensor(const Operand& o) {
-  Tensor t = Tensor::empty({}, o.runtime_dtype, kCPU);
-  VOLT_DISPATCH_DTYPE(o.runtime_dtype, [&] { *static_cast<scalar_t*>(t.raw_data()) = static_cast<scalar_t>(o.scalar.value); });
-  return S().backend.is_cpu() ? t : t.to(S().backend);
+// A graph's runtime scalars as the zero-dim tensors its trace inputs expect:
+// on the CPU, views into one block (8 bytes each, one allocation a run).
+std::vector<Tensor> scalar_tensors(const std::vector<const Operand*>& scalars) {
+  std::vector<Tensor> r;
+  if (scalars.empty()) return r;
+  r.reserve(scalars.size());
+  std::shared_ptr<Storage> block = Storage::allocate(8 * scalars.size(), kCPU);
+  for (size_t i = 0; i < scalars.size(); ++i) {
+    const Operand& o = *scalars[i];
+    const int64_t offset = static_cast<int64_t>(8 * i / dtype_size(o.runtime_dtype));
+    Tensor t = make_tensor(block, {}, {}, offset, o.runtime_dtype, kCPU);
+    VOLT_DISPATCH_DTYPE(o.runtime_dtype, [&] { *static_cast<scalar_t*>(t.raw_data()) = static_cast<scalar_t>(o.scalar.value); });
+    r.push_back(S().backend.is_cpu() ? t : t.to(S().backend));
+  }
+  return r;
 }
 
 // Waits for a value handed to the step runner and takes its data; a failed
@@ -81,7 +91,7 @@ void run_graph(std::vector<ValuePtr> values, Reason why) {
     inputs.push_back(input_of(l));
     if (async && donated_leaf[i]) l.data = Tensor();  // read by nothing after this graph
   }
-  for (const Operand* o : g.scalars) inputs.push_back({scalar_tensor(*o), nullptr, 0});
+  for (Tensor& t : scalar_tensors(g.scalars)) inputs.push_back({std::move(t), nullptr, 0});
   // The job holds its inputs' tensors (and the runs they come from) until it is
   // done, and the compiled entry; nothing of the graph's nodes.
   detail::Runner::Job job = [e, inputs = std::move(inputs), rng = g.rng, async, planned, donate = std::move(donate),
