@@ -10,7 +10,10 @@
 
 #include <volt/autograd/gradcheck.h>
 #include <volt/autograd/node.h>
+#include <volt/nn/activation.h>
 #include <volt/nn/functional.h>
+#include <volt/nn/linear.h>
+#include <volt/nn/mlp.h>
 #include <volt/tensor/cpu_gemm.h>
 #include <volt/tensor/cpu_threads.h>
 #include <volt/tensor/random.h>
@@ -167,4 +170,39 @@ TEST_CASE("linear_relu_dropout: no history without grad, in-place writes refused
                        doctest::Contains("linear"), Error);
   // Other dtypes run the chain (which names its own op).
   CHECK_THROWS_AS(F::linear_relu_dropout(x.to(DType::i32), w, Tensor(), 0.2, true), Error);
+}
+
+TEST_CASE("Sequential (MLP) runs Linear -> ReLU -> Dropout fused in eager mode: each layer's bits and gradients") {
+  manual_seed(9);
+  auto net = std::make_shared<nn::MLP>(20, std::vector<int64_t>{30, 25, 7}, /*bias=*/true, /*dropout=*/0.2);
+  const Tensor x = sample({13, 20}, DType::f32, 51), r = sample({13, 7}, DType::f32, 52);
+  for (bool training : {true, false}) {
+    if (training) net->train();
+    else net->eval();
+    std::vector<Tensor> grads[2];
+    Tensor out[2];
+    for (int layered = 0; layered < 2; ++layered) {
+      net->zero_grad();
+      set_rng_state({31, 0});
+      Tensor y = x;
+      if (layered)
+        for (const auto& [name, layer] : net->named_children()) y = layer->forward(y);
+      else
+        y = net->forward(x);
+      sum(mul(y, r)).backward();
+      out[layered] = y.detach();
+      for (const Tensor& p : net->parameters()) grads[layered].push_back(p.grad());
+    }
+    INFO("training=" << training);
+    CHECK(bits_differ(out[0], out[1]) == 0);
+    for (size_t i = 0; i < grads[0].size(); ++i) CHECK(bits_differ(grads[0][i], grads[1][i]) == 0);
+  }
+  // The fused op is what ran: a two-layer Sequential's output has its node.
+  nn::Sequential seq;
+  seq.push_back(std::make_shared<nn::Linear>(4, 3));
+  seq.push_back(std::make_shared<nn::ReLU>());
+  seq.push_back(std::make_shared<nn::Dropout>(0.5));
+  const Tensor y = seq.forward(sample({2, 4}, DType::f32, 53));
+  REQUIRE(y.impl()->grad_fn != nullptr);
+  CHECK(y.impl()->grad_fn->name() == "linear_relu_dropout_backward");
 }
