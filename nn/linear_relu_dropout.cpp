@@ -41,7 +41,13 @@ struct LinearReluDropoutNode final : autograd::Node {
                            << "operation. Write to a clone() instead, or before the tensor is used");
     // dropout's gradient (g / (1 - p), masked) then relu's (where the input > 0):
     // both are where the output > 0.
-    Tensor gz = where(gt(y, 0.0), p > 0 ? mul(g, p < 1 ? 1.0 / (1.0 - p) : 0.0) : g, 0.0);
+    Tensor gz;
+    if (on_cpu(g) && g.dtype() == y.dtype() && g.sizes() == y.sizes()) {
+      gz = Tensor::empty(y.sizes(), y.dtype(), y.device());
+      cpu_relu_dropout_backward(y, g.contiguous(), p, gz);
+    } else {
+      gz = where(gt(y, 0.0), p > 0 ? mul(g, p < 1 ? 1.0 / (1.0 - p) : 0.0) : g, 0.0);
+    }
     const int64_t in = w.size(1), out = w.size(0);
     Tensor g2 = gz.dim() == 2 ? gz : gz.reshape({-1, out});
     Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, in});

@@ -108,4 +108,9 @@ void cpu_linear_relu(const Tensor& x, const Tensor& w, const Tensor* bias, Tenso
 // cpu_linear_relu's, p in [0, 1].
 void cpu_linear_relu_dropout(const Tensor& x, const Tensor& w, const Tensor* bias, double p, PhiloxState rng,
                              Tensor& out);
+// Its gradient before the GEMMs: out = g / (1 - p) where y > 0, else 0 (g where
+// y > 0 when p = 0) -- y > 0 exactly where an element was kept and its input
+// to the ReLU positive, so the chain's dropout and relu gradients, bit for bit.
+// y (its output), g and out contiguous, of one size and dtype (f32 or f64).
+void cpu_relu_dropout_backward(const Tensor& y, const Tensor& g, double p, Tensor& out);
 }  // namespace volt

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include <volt/tensor/cpu_gemm.h>
+#include <volt/tensor/cpu_threads.h>
 #include <volt/tensor/random.h>
 #include <volt/tensor/tensor.h>
 // The Philox text (as random.cpp and the CPU backend compile it), inlined so
@@ -75,7 +76,40 @@ void linear_relu_dropout_typed(const Tensor& x0, const Tensor& w, const Tensor* 
     cpu::gemm_f64(xp, m, k, x.stride(0), x.stride(1), wp, n, w.stride(1), w.stride(0), o, n, store);
 }
 
+// gz = g / (1 - p) where y > 0, else 0 (g alone when p = 0): the chain's
+// dropout and relu gradients, the mask read off the output.
+template <class T>
+void relu_dropout_backward_typed(const Tensor& y, const Tensor& g, double p, Tensor& out) {
+  const T* yp = static_cast<const T*>(y.raw_data());
+  const T* gp = static_cast<const T*>(g.raw_data());
+  T* o = static_cast<T*>(out.raw_data());
+  const T scale = T(p < 1 ? 1.0 / (1.0 - p) : 0.0);
+  const bool scaled = p > 0;
+  cpu::parallel_for(y.numel(), int64_t(1) << 15, [&](int64_t b, int64_t e) {
+    if (scaled) {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) o[i] = yp[i] > T(0) ? gp[i] * scale : T(0);
+    } else {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) o[i] = yp[i] > T(0) ? gp[i] : T(0);
+    }
+  });
+}
+
 }  // namespace
+
+void cpu_relu_dropout_backward(const Tensor& y, const Tensor& g, double p, Tensor& out) {
+  const char* op = "relu_dropout_backward";
+  VOLT_CHECK((y.dtype() == DType::f32 || y.dtype() == DType::f64) && g.dtype() == y.dtype() &&
+                 out.dtype() == y.dtype(),
+             op, "expects f32 or f64 output, gradient and result of one dtype");
+  VOLT_CHECK(y.is_contiguous() && g.is_contiguous() && out.is_contiguous() && g.numel() == y.numel() &&
+                 out.numel() == y.numel(),
+             op, "expects contiguous tensors of one size");
+  VOLT_CHECK(p >= 0 && p <= 1, op, "expects a dropout probability in [0, 1], got " << p);
+  if (y.dtype() == DType::f64) relu_dropout_backward_typed<double>(y, g, p, out);
+  else relu_dropout_backward_typed<float>(y, g, p, out);
+}
 
 void cpu_linear_relu_dropout(const Tensor& x, const Tensor& w, const Tensor* bias, double p, PhiloxState rng,
                              Tensor& out) {
