@@ -206,3 +206,18 @@ TEST_CASE("Sequential (MLP) runs Linear -> ReLU -> Dropout fused in eager mode: 
   REQUIRE(y.impl()->grad_fn != nullptr);
   CHECK(y.impl()->grad_fn->name() == "linear_relu_dropout_backward");
 }
+
+TEST_CASE("cpu_relu_dropout_backward: the gradient where the output is positive, scaled; bad operands named") {
+  const Tensor y = Tensor::from_vector(std::vector<float>{0.0f, 2.0f, -0.0f, 3.0f}, {4});
+  const Tensor g = Tensor::from_vector(std::vector<float>{5.0f, 7.0f, 11.0f, -13.0f}, {4});
+  Tensor out = Tensor::empty({4});
+  cpu_relu_dropout_backward(y, g, 0.5, out);
+  CHECK(out.to_vector<float>() == std::vector<float>{0.0f, 14.0f, 0.0f, -26.0f});
+  cpu_relu_dropout_backward(y, g, 0.0, out);
+  CHECK(out.to_vector<float>() == std::vector<float>{0.0f, 7.0f, 0.0f, -13.0f});
+  Tensor small = Tensor::empty({3});
+  CHECK_THROWS_WITH_AS(cpu_relu_dropout_backward(y, g, 0.5, small), doctest::Contains("relu_dropout_backward"),
+                       Error);
+  CHECK_THROWS_WITH_AS(cpu_relu_dropout_backward(y, g.to(DType::f64), 0.5, out),
+                       doctest::Contains("relu_dropout_backward"), Error);
+}
