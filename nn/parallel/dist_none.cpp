@@ -30,6 +30,8 @@ void abort(const std::string& message, int code) {
   std::_Exit(code);
 }
 
+std::string backend_name(const Device&) { return "none"; }
 bool nccl_loadable() { return false; }
+int nccl_version() { return 0; }
 
 }  // namespace volt::dist

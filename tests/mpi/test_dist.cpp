@@ -97,6 +97,8 @@ TEST_CASE("dist: bad input is an error naming the call") {
 #include <volt/nn/linear.h>
 #include <volt/nn/parallel/ddp.h>
 #include <volt/tensor/cuda/runtime.h>
+
+#include <cstdlib>
 #endif
 
 // tests/mpi/run.sh runs this once more on the simulated GPU (tests/cudasim).
@@ -108,6 +110,12 @@ TEST_CASE("dist: CUDA tensors go through host buffers and stay on their device")
     MESSAGE("skipped: no CUDA GPU or driver here");
     return;
   }
+  // The host-buffer path, whether NCCL is installed or not (test_nccl.cpp tests NCCL's).
+  ::setenv("VOLT_NCCL", "0", 1);
+  struct Restore {
+    ~Restore() { ::unsetenv("VOLT_NCCL"); }
+  } restore;
+  REQUIRE(dist::backend_name(Device::cuda(0)) == "mpi");
   const Device gpu = Device::cuda(0);
   const int n = dist::world_size(), me = dist::rank();
   Tensor t = Tensor::full({6}, 1.0 + me, DType::f32, gpu);
