@@ -17,8 +17,8 @@
 // without waiting for the GPU: the kernels that read the tensor next follow
 // it on that stream.  Its communicator is made by the first collective on a
 // CUDA tensor (rank 0's NCCL unique id sent over MPI) on that tensor's
-// device, the one device NCCL serves in this process: give each rank its own
-// GPU (e.g. by OMPI_COMM_WORLD_LOCAL_RANK).
+// device, the one device NCCL serves in this process: give each rank of a
+// machine its own GPU (local_rank()).
 //
 // A failing MPI or NCCL call throws volt::Error naming the call, the rank and
 // the library's message.  After init(), an exception that escapes main() on one rank ends
@@ -44,6 +44,9 @@ bool is_initialized();
 void init();
 int rank();
 int world_size();
+// This rank's index among the ranks on its machine (MPI_COMM_TYPE_SHARED,
+// found by init()): the GPU to give it, Device::cuda(local_rank() % count).
+int local_rank();
 
 void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum);  // in place, on every rank
 void broadcast(Tensor& t, int root = 0);                  // root's value on every rank

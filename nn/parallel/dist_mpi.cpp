@@ -18,6 +18,7 @@ namespace volt::dist {
 namespace {
 
 bool g_init_here = false;  // volt called MPI_Init (and so calls MPI_Finalize)
+int g_local_rank = -1;     // among the ranks on this machine, found by init()
 std::terminate_handler g_previous_terminate = nullptr;
 
 int rank_or_unknown() {
@@ -128,6 +129,11 @@ void init() {
   check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
   // Failures come back as codes that volt turns into exceptions.
   check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  // The ranks that share this machine's memory: a collective, so here, where every rank is.
+  MPI_Comm node = MPI_COMM_NULL;
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  check(MPI_Comm_rank(node, &g_local_rank), "MPI_Comm_rank");
+  check(MPI_Comm_free(&node), "MPI_Comm_free");
   if (!g_init_here) {
     g_init_here = true;
     std::atexit(finalize_at_exit);
@@ -140,6 +146,11 @@ int rank() {
   int r = 0;
   check(MPI_Comm_rank(MPI_COMM_WORLD, &r), "MPI_Comm_rank");
   return r;
+}
+
+int local_rank() {
+  require_init("dist::local_rank");
+  return g_local_rank;
 }
 
 int world_size() {

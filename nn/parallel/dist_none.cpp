@@ -17,6 +17,7 @@ bool is_initialized() { return false; }
 void init() { unavailable("dist::init"); }
 int rank() { unavailable("dist::rank"); }
 int world_size() { unavailable("dist::world_size"); }
+int local_rank() { unavailable("dist::local_rank"); }
 void all_reduce(Tensor&, ReduceOp) { unavailable("dist::all_reduce"); }
 void broadcast(Tensor&, int) { unavailable("dist::broadcast"); }
 void barrier() { unavailable("dist::barrier"); }

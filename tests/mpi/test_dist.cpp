@@ -12,6 +12,8 @@ TEST_CASE("dist: rank and world size come from mpirun") {
   CHECK(dist::world_size() == 2);
   CHECK(dist::rank() >= 0);
   CHECK(dist::rank() < dist::world_size());
+  // Both ranks run on this one machine (tests/mpi/run.sh), so their local ranks are their ranks.
+  CHECK(dist::local_rank() == dist::rank());
   // Ranks are distinct: their sum is 0 + 1 + ... + (n-1).
   Tensor r = Tensor::full({1}, static_cast<int64_t>(dist::rank()), DType::i64);
   dist::all_reduce(r);
