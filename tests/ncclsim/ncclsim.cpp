@@ -13,7 +13,8 @@
 // combines the ranks' values with MPI, and queues the copy of the result back
 // on that stream.  So results arrive in stream order as with NCCL, but the
 // call itself returns only once every rank has made it (NCCL would queue it
-// and return).
+// and return), and a collective on a stream that is being captured into a
+// CUDA graph is refused (NCCL would be recorded into the graph).
 //
 //   ncclGetUniqueId     an id made of a marker, the host's pid, a clock and a count
 //   ncclCommInitRank    every rank of MPI_COMM_WORLD at once; checks that all
@@ -141,6 +142,13 @@ Result to_device(void* dev, const std::vector<char>& host, cudaStream_t s, const
   return kSuccess;
 }
 
+// A collective needs the ranks now: it cannot be recorded into a CUDA graph here.
+Result refuse_capture(cudaStream_t s, const char* call) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &status) == cudaSuccess && status == cudaStreamCaptureStatusNone) return kSuccess;
+  return fail(kInvalidUsage, std::string(call) + ": the simulation cannot capture a collective in a CUDA graph");
+}
+
 Result mpi(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return kSuccess;
   char msg[MPI_MAX_ERROR_STRING];
@@ -261,6 +269,7 @@ SIM_EXPORT int ncclAllReduce(const void* send, void* recv, size_t count, int typ
                              cudaStream_t stream) {
   if (!enter("ncclAllReduce")) return kInvalidUsage;
   if (!comm) return fail(kInvalidArgument, "ncclAllReduce: null communicator");
+  if (Result r = refuse_capture(stream, "ncclAllReduce"); r != kSuccess) return r;
   size_t item = 0;
   MPI_Datatype mt = MPI_DATATYPE_NULL;
   if (!describe(type, &item, &mt)) return fail(kInvalidArgument, "ncclAllReduce: unknown data type " + std::to_string(type));
@@ -300,6 +309,7 @@ SIM_EXPORT int ncclBroadcast(const void* send, void* recv, size_t count, int typ
                              cudaStream_t stream) {
   if (!enter("ncclBroadcast")) return kInvalidUsage;
   if (!comm) return fail(kInvalidArgument, "ncclBroadcast: null communicator");
+  if (Result r = refuse_capture(stream, "ncclBroadcast"); r != kSuccess) return r;
   size_t item = 0;
   MPI_Datatype mt = MPI_DATATYPE_NULL;
   if (!describe(type, &item, &mt)) return fail(kInvalidArgument, "ncclBroadcast: unknown data type " + std::to_string(type));
@@ -320,6 +330,7 @@ SIM_EXPORT int ncclAllGather(const void* send, void* recv, size_t count, int typ
                              cudaStream_t stream) {
   if (!enter("ncclAllGather")) return kInvalidUsage;
   if (!comm) return fail(kInvalidArgument, "ncclAllGather: null communicator");
+  if (Result r = refuse_capture(stream, "ncclAllGather"); r != kSuccess) return r;
   size_t item = 0;
   MPI_Datatype mt = MPI_DATATYPE_NULL;
   if (!describe(type, &item, &mt)) return fail(kInvalidArgument, "ncclAllGather: unknown data type " + std::to_string(type));
