@@ -79,5 +79,7 @@ std::string html_escape(const std::string& s);
 // A line diff of two texts: "  same", "- removed", "+ added" lines, with
 // unchanged runs longer than 2 * context lines shortened to "@@ n unchanged lines @@".
 std::string line_diff(const std::string& before, const std::string& after, size_t context = 3);
+// The lines of a text, without their newlines.
+std::vector<std::string> lines_of(const std::string& s);
 
 }  // namespace volt::jit

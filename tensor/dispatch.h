@@ -115,7 +115,7 @@ class NoGradGuard {
   bool prev_;
 };
 
-// The lazy device's recorder (installed by jit/lazy.cpp): a prim that reads or
+// The lazy device's recorder (installed by jit/lazy/record.cpp): a prim that reads or
 // makes a lazy tensor is handed to it, and it returns lazy outputs, instead of
 // a backend running it.  The grad hook still runs after it.
 using LazyHandler = std::vector<Tensor> (*)(const OpCall& call);

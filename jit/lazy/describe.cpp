@@ -1,7 +1,12 @@
-// Why the lazy device compiled a graph: the first difference from the last one.
+// A lazy graph in words, and why the lazy device compiled a graph: the first
+// difference from the last one.
 #include <volt/jit/lazy/describe.h>
 
 #include <algorithm>
+#include <sstream>
+#include <unordered_map>
+
+#include <volt/jit/lazy/internal.h>
 
 namespace volt::lazy::detail {
 
@@ -69,6 +74,71 @@ std::string compile_reason(const GraphDesc& was, const GraphDesc& now) {
     return "the graph computes " + std::to_string(now.roots.size()) + " values, was " + std::to_string(was.roots.size());
   if (was.roots != now.roots) return "the graph computes " + join(now.roots) + ", was " + join(was.roots);
   return "the same graph as the last compiled one (it was dropped from the cache, or the cache was cleared)";
+}
+
+// ------------------------------------------------------------ a graph in words
+
+std::string attrs_str(const Node& n) {
+  const Attrs& a = n.attrs;
+  std::ostringstream os;
+  const OpKind kind = op_info(n.op).kind;
+  if (!a.ints.empty()) {
+    os << (n.op == OpId::permute ? "order" : n.op == OpId::narrow ? "dim, start, length"
+           : kind == OpKind::Reduce ? "dims" : kind == OpKind::View || kind == OpKind::Random ? "shape"
+           : kind == OpKind::Window ? "window" : "ints")
+       << "=" << shape_str(a.ints);
+  }
+  auto sep = [&] { return os.tellp() > 0 ? ", " : ""; };
+  if (a.a != 0) os << sep() << "a=" << a.a;
+  if (a.b != 0) os << sep() << "b=" << a.b;
+  if (kind == OpKind::Convert || kind == OpKind::Random) os << sep() << "dtype=" << dtype_name(a.dtype);
+  if (a.flag) os << sep() << (kind == OpKind::Reduce ? "keepdim" : "flag");
+  return os.str();
+}
+
+// The graph in words, for the compile reason.
+GraphDesc describe_graph(const Graph& g) {
+  std::unordered_map<const Node*, int64_t> node_index;
+  std::unordered_map<const LazyValue*, int64_t> leaf_index;
+  for (size_t i = 0; i < g.nodes.size(); ++i) node_index[g.nodes[i]] = static_cast<int64_t>(i);
+  for (size_t i = 0; i < g.leaves.size(); ++i) leaf_index[g.leaves[i].get()] = static_cast<int64_t>(i);
+  auto value_desc = [&](const ValuePtr& v) {
+    OperandDesc d;
+    if (v->node) {
+      d.kind = OperandDesc::Node;
+      d.node = node_index.at(v->node.get());
+      d.output = v->output;
+    } else {
+      d.kind = OperandDesc::Input;
+      d.input = leaf_index.at(v.get());
+      d.dtype = dtype_name(v->meta.dtype);
+      d.shape = shape_str(v->meta.sizes);
+    }
+    return d;
+  };
+  GraphDesc desc;
+  for (const Node* n : g.nodes) {
+    NodeDesc nd;
+    nd.op = op_name(n->op);
+    for (const Operand& o : n->operands) {
+      OperandDesc d;
+      if (o.kind == Operand::Value) {
+        d = value_desc(o.value);
+      } else if (o.kind == Operand::Scalar && o.runtime) {
+        d.kind = OperandDesc::RuntimeScalar;
+        d.dtype = dtype_name(o.runtime_dtype);
+      } else if (o.kind == Operand::Scalar) {
+        d.kind = OperandDesc::Constant;
+        d.constant = o.scalar.repr();
+      }
+      nd.operands.push_back(std::move(d));
+    }
+    nd.attrs = attrs_str(*n);
+    for (const TensorMeta& m : n->outputs) nd.outputs.push_back(dtype_name(m.dtype) + shape_str(m.sizes));
+    desc.nodes.push_back(std::move(nd));
+  }
+  for (const ValuePtr& r : g.roots) desc.roots.push_back(value_desc(r).str());
+  return desc;
 }
 
 }  // namespace volt::lazy::detail

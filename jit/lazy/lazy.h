@@ -35,7 +35,7 @@
 // A view of a lazy tensor sees later in-place writes to its base (reading it
 // replays the view op on the base's new value), as shared storage would.
 //
-// mark_step() hands its graph to a worker thread (see mark_step below): the
+// mark_step() may hand its graph to a worker thread (see mark_step below): the
 // graph's inputs are held until it is done and its outputs are new tensors, so
 // nothing the program holds is written while it runs.
 //
@@ -53,9 +53,10 @@
 namespace volt::lazy {
 
 // Cuts the trace: the pending graph of every live lazy tensor starts running,
-// and recording goes on into a new graph.  On the CPU the graph runs on the
-// lazy device's worker thread while the program records the next step (on
-// CUDA its kernels are queued on the stream); reading one of its values
+// and recording goes on into a new graph.  On the CPU, with asynchronous steps
+// (async() below), the graph runs on the lazy device's worker thread while the
+// program records the next step (on CUDA its kernels are queued on the
+// stream); reading one of its values
 // (item(), printing, to(kCPU)) waits for it.  An error inside such a run is
 // thrown by the next read of its values or by wait_device_ops().
 void mark_step();
@@ -66,11 +67,20 @@ void wait_device_ops();
 // waits for their values.
 void sync(const std::vector<Tensor>& tensors);
 
-// Whether mark_step() returns before its graph has run (default on;
-// VOLT_LAZY_ASYNC=0 at start-up turns it off).  Off, mark_step() runs the
-// graph before it returns, on the recording thread.
-void set_async(bool on);
-bool async();
+// Whether mark_step() returns before its graph has run on the CPU.  Off,
+// mark_step() runs the graph before it returns, on the recording thread.
+// Auto (the default) is on only when this process may run on more cores than
+// the compute threads use (volt::cpu::num_threads()): the worker's kernels then
+// do not share cores with the recording thread or with a second set of OpenMP
+// threads.  With every core computing, as with 2 threads on 2 cores, the step
+// ran 14-17 % slower on the worker thread than on the recording thread, and
+// recording (well under 1 ms a step) leaves nothing to overlap.
+// VOLT_LAZY_ASYNC=0|1|auto at start-up sets the mode.
+enum class AsyncMode { Auto, On, Off };
+void set_async(bool on);  // On or Off
+void set_async_mode(AsyncMode mode);
+AsyncMode async_mode();
+bool async();  // the mode as it applies now (Auto resolved)
 
 // Where lazy graphs run: the CPU (default) or CUDA where that backend is built
 // and a GPU is present.  VOLT_LAZY_BACKEND=cpu|cuda sets it at start-up.

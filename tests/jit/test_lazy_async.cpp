@@ -7,10 +7,13 @@
 #include <memory>
 #include <sstream>
 
+#include <sched.h>
+
 #include <volt/jit/lazy/lazy.h>
 #include <volt/nn/loss.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
+#include <volt/tensor/cpu_threads.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 #include "tests/tensor/reference.h"
@@ -28,9 +31,10 @@ void fresh() {
   lazy::metrics::reset();
 }
 
-// Restores asynchronous steps when a test ends, whatever it set.
+// Restores the asynchronous-step mode a test found, whatever it set.
 struct AsyncGuard {
-  ~AsyncGuard() { lazy::set_async(true); }
+  lazy::AsyncMode was = lazy::async_mode();
+  ~AsyncGuard() { lazy::set_async_mode(was); }
 };
 
 struct Run {
@@ -165,4 +169,36 @@ TEST_CASE("lazy async: VOLT_LAZY_ASYNC's setting can be read and changed") {
   CHECK_FALSE(lazy::async());
   lazy::set_async(true);
   CHECK(lazy::async());
+  CHECK(lazy::async_mode() == lazy::AsyncMode::On);
+}
+
+TEST_CASE("lazy async: the automatic mode runs steps on the worker only when a core is left over") {
+  AsyncGuard restore;
+  const int threads = cpu::num_threads();
+  cpu_set_t set;
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  const int cores = CPU_COUNT(&set);
+  lazy::set_async_mode(lazy::AsyncMode::Auto);
+  // A step that fails tells where it ran: inside mark_step, mark_step throws;
+  // on the worker, the read after it does.
+  auto failing_step = [] {
+    Tensor a = Tensor::ones({1}).to(kLazy);
+    return a.expand({int64_t(1) << 20, int64_t(1) << 20}) * 2.0;
+  };
+  cpu::set_num_threads(cores);  // every core computes: the step runs inside mark_step
+  CHECK_FALSE(lazy::async());
+  {
+    Tensor huge = failing_step();
+    CHECK_THROWS_WITH_AS(lazy::mark_step(), doctest::Contains("out of memory"), Error);
+  }
+  lazy::clear_cache();
+  if (cores > 1) {
+    cpu::set_num_threads(cores - 1);  // a core is left for recording: the worker runs it
+    CHECK(lazy::async());
+    Tensor huge = failing_step();
+    CHECK_NOTHROW(lazy::mark_step());
+    CHECK_THROWS_WITH_AS(lazy::wait_device_ops(), doctest::Contains("out of memory"), Error);
+  }
+  cpu::set_num_threads(threads);
+  lazy::wait_device_ops();
 }

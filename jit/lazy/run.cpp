@@ -1,0 +1,126 @@
+// Running a graph: here (a value is needed now) or, after mark_step(), on the
+// step runner's worker thread (runner.h), and reading the values it makes.
+#include <unordered_set>
+
+#include <volt/jit/interpreter.h>
+#include <volt/jit/lazy/internal.h>
+#include <volt/tensor/backend.h>
+
+namespace volt::lazy::detail {
+
+const char* reason_name(Reason r) {
+  switch (r) {
+    case Reason::ValueNeeded: return "value_needed";
+    case Reason::MarkStep: return "mark_step";
+    case Reason::SizeLimit: return "size_limit";
+    case Reason::Fallback: return "fallback";
+  }
+  return "?";
+}
+
+// A runtime scalar as the zero-dim tensor its trace input expects.
+Tensor scalar_tensor(const Operand& o) {
+  Tensor t = Tensor::empty({}, o.runtime_dtype, kCPU);
+  VOLT_DISPATCH_DTYPE(o.runtime_dtype, [&] { *static_cast<scalar_t*>(t.raw_data()) = static_cast<scalar_t>(o.scalar.value); });
+  return S().backend.is_cpu() ? t : t.to(S().backend);
+}
+
+// Waits for a value handed to the step runner and takes its data; a failed
+// run's error is thrown here (and on every later read of its values).
+void settle(LazyValue& v) {
+  if (!v.run) return;
+  count("Time.wait_us", runner().wait(*v.run));
+  if (v.run->error) {
+    runner().take_error();  // reported now, not again by wait_device_ops
+    std::rethrow_exception(v.run->error);
+  }
+  v.data = v.run->outs.at(static_cast<size_t>(v.run_index));
+  v.run.reset();
+}
+
+// A graph input as the runner sees it: data, or an earlier run's output.
+detail::Input input_of(const LazyValue& v) {
+  if (v.run) return {Tensor(), v.run, v.run_index};
+  return {v.data, nullptr, 0};
+}
+
+// Runs the graph behind `values` (those still pending).  On the CPU with
+// asynchronous steps on, a mark_step's graph (or a size-limit cut) goes to the
+// step runner and its roots take their data when read; other graphs (a value
+// is needed now) wait for the runs they read and run here.
+void run_graph(std::vector<ValuePtr> values, Reason why) {
+  std::vector<ValuePtr> roots;
+  std::unordered_set<const LazyValue*> seen;
+  for (ValuePtr& v : values)
+    if (v && v->node && seen.insert(v.get()).second) roots.push_back(std::move(v));
+  if (roots.empty()) return;
+  auto t0 = Clock::now();
+  State& s = S();
+  count(std::string("RunGraph.") + reason_name(why));
+  Graph g = build_graph(roots);
+  std::shared_ptr<Entry> e = lookup_or_compile(g, why);
+  const bool async = async_now() && s.backend.is_cpu() && (why == Reason::MarkStep || why == Reason::SizeLimit);
+
+  std::vector<detail::Input> inputs;
+  inputs.reserve(g.leaves.size() + g.scalars.size());
+  for (const ValuePtr& l : g.leaves) {
+    if (!async) settle(*l);
+    inputs.push_back(input_of(*l));
+  }
+  for (const Operand* o : g.scalars) inputs.push_back({scalar_tensor(*o), nullptr, 0});
+  // The job holds its inputs' tensors (and the runs they come from) until it is
+  // done, and the compiled entry; nothing of the graph's nodes.
+  detail::Runner::Job job = [e, inputs = std::move(inputs), rng = g.rng, async] {
+    std::vector<Tensor> in;
+    in.reserve(inputs.size());
+    for (const detail::Input& i : inputs) in.push_back(detail::resolve(i));  // an earlier run's error passes on
+    NoGradGuard no_grad;
+    if (!async) return jit::interpret(e->traces.back(), in, &rng);
+    try {
+      return jit::interpret(e->traces.back(), in, &rng);
+    } catch (const Error& err) {
+      const std::string where = detail::failing_op(e->traces.front(), in, rng);
+      throw Error("lazy: the step run after mark_step failed" + (where.empty() ? "" : " in " + where) + ": " + err.what());
+    }
+  };
+  std::shared_ptr<detail::Run> run;
+  if (async) {
+    run = runner().submit(std::move(job));
+  } else {
+    run = detail::Runner::run_here(job);
+    count("Time.execute_us", run->execute_us);
+    if (run->error) std::rethrow_exception(run->error);  // the roots stay pending
+  }
+  for (size_t i = 0; i < g.roots.size(); ++i) {
+    LazyValue& r = *g.roots[i];
+    if (async) {
+      r.run = run;
+      r.run_index = static_cast<int>(i);
+    } else {
+      r.data = run->outs[i];
+    }
+    r.node.reset();  // frees the graph behind it once nothing else needs it
+    r.hash = leaf_hash(r.meta);  // now a leaf: its history is not structure
+  }
+  count("Time.sync_us", us_since(t0));
+}
+
+// Runs the graph of every live lazy tensor.
+void run_live(Reason why) {
+  State& s = S();
+  prune_live();
+  std::vector<ValuePtr> values;
+  for (const auto& w : s.live)
+    if (auto st = w.lock(); st && st->value)
+      if (ValuePtr v = current(*st); v->node) values.push_back(std::move(v));
+  s.pending_nodes = 0;
+  run_graph(std::move(values), why);
+}
+
+const Tensor& data_of(const ValuePtr& v, Reason why) {
+  if (v->node) run_graph({v}, why);
+  settle(*v);
+  return v->data;
+}
+
+}  // namespace volt::lazy::detail
