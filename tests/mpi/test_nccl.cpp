@@ -18,11 +18,13 @@
 #include <optional>
 #include <string>
 
+#include <volt/jit/cuda/step_graph.h>
 #include <volt/jit/step.h>
 #include <volt/nn/functional.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
 #include <volt/nn/parallel/ddp.h>
+#include <volt/tensor/cuda/graph.h>
 #include <volt/tensor/random.h>
 
 using namespace volt;
@@ -190,6 +192,36 @@ TEST_CASE("nccl: all_reduce, broadcast, all_gather and all_reduce_async on CUDA 
   CHECK(after[kCommDestroys] == 0);
 }
 
+TEST_CASE("nccl: Work::test() on CUDA tensors becomes true, then wait() gives the CPU tensors' result") {
+  if (!ready()) return;
+  const int me = dist::rank();
+  const bool sim_gpu = cuda::simulated_counters().has_value();
+  for (DType dt : {DType::f32, DType::i64}) {
+    CAPTURE(dtype_name(dt));
+    for (dist::ReduceOp op : {dist::ReduceOp::Sum, dist::ReduceOp::Average}) {
+      CAPTURE(op == dist::ReduceOp::Average);
+      Tensor c = values(me, dt), g = c.to(kGpu);
+      dist::all_reduce(c, op);
+      dist::Work w = dist::all_reduce_async(g, op);
+      int not_done = 0;
+      while (!w.test() && not_done < 1000000) ++not_done;
+      CHECK(w.test());  // and stays so
+      CHECK(w.pending());
+      // Through NCCL, test() asks the GPU's event: on the simulated GPU the
+      // copy of the result is still queued at the first question.
+      if (sim_gpu && nccl_wanted()) CHECK(not_done == 1);
+      w.wait();
+      CHECK_FALSE(w.pending());
+      CHECK(w.test());
+      CHECK(host(g) == host(c));
+      CHECK(g.device() == kGpu);
+    }
+  }
+  // No stale "not ready" is left for the next CUDA call to find.
+  Tensor t = Tensor::ones({3}, DType::f32, kGpu) * 2.0;
+  CHECK(t.to_vector<float>() == std::vector<float>(3, 2.0f));
+}
+
 TEST_CASE("nccl: with VOLT_NCCL=0 CUDA tensors go through host buffers and NCCL is not called") {
   if (!ready()) return;
   const int n = dist::world_size(), me = dist::rank();
@@ -302,7 +334,7 @@ TEST_CASE("nccl: DDP on CUDA through NCCL gives every rank the same parameters, 
   CHECK(d_host[kBroadcasts] == 0);
 }
 
-TEST_CASE("nccl: the compiled step on CUDA reduces its buckets through NCCL and equals the eager step") {
+TEST_CASE("nccl: the compiled step on CUDA runs launch by launch, reduces its buckets through NCCL and equals the eager step") {
   if (!ready()) return;
   const int n = dist::world_size(), me = dist::rank();
   const int steps = 4;
@@ -337,16 +369,24 @@ TEST_CASE("nccl: the compiled step on CUDA reduces its buckets through NCCL and 
   auto net = make();
   dist::DistributedDataParallel ddp(*net, {.bucket_bytes = 512});
   nn::SGD opt(net->parameters(), {.lr = 0.2});
-  // Not replayed as a CUDA graph: the simulated NCCL cannot be captured in one.
+  // The default options: a CUDA step is captured into a graph from its second
+  // call, except one holding a collective, which runs launch by launch.
   auto step = jit::compile_step([&](const Tensor& x, const Tensor& y) { return train_step(*net, opt, x, y); },
-                                {.state = {*net, opt}, .cuda_graph = false});
+                                {.state = {*net, opt}});
   const Counts before = counts();
+  const int64_t graphs_before = cuda::graph_launches();
   for (int k = 0; k < steps; ++k) {
     auto [x, y] = batch(k);
     step(x, y);
+    CHECK_FALSE(step.ran_as_graph());
   }
   const Counts d = delta(counts(), before);
   CHECK(step.compiles() == 1);
+  CHECK(cuda::graph_launches() == graphs_before);
+  CHECK(step.graph_kernel_nodes() == 0);
+  const std::string why = jit::cuda::StepGraph::refusal(step.last_traces().back());
+  CHECK(why.find("dist.all_reduce_mean") != std::string::npos);
+  CHECK(why.find("pending a real multi-GPU test") != std::string::npos);
   CHECK(ddp.last_stats().traced_ops == static_cast<int64_t>(ddp.buckets().size()));
   std::vector<Tensor> got, want;
   for (const Tensor& p : net->parameters()) got.push_back(p.to(kCPU));
