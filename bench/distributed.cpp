@@ -169,10 +169,18 @@ int run(int argc, char** argv) {
     VOLT_CHECK(ranks == 2, "volt_bench --distributed", "run it under mpirun -np 2 (this world has " << ranks << ")");
     const int64_t steps = o.smoke ? 2 : o.steps;
     const int64_t warmup = o.smoke ? 1 : -1;
-    if (rank == 0)
-      std::printf("volt_bench --distributed: the seed MLP (1,868,590 parameters), Adam, eager steps; %d ranks "
-                  "(libnccl.so.2 %s; not used, CPU tensors)\n\n",
-                  ranks, dist::nccl_loadable() ? "loadable" : "absent");
+    if (rank == 0) {
+      // The path of each device's collectives (dist::backend_name); these cells use CPU tensors.
+      // NCCL's version code: X*1000 + Y*100 + Z up to 2.8, X*10000 + Y*100 + Z since 2.9.
+      const int v = dist::nccl_version();
+      char nccl[64] = "libnccl.so.2 absent";
+      if (dist::nccl_loadable())
+        std::snprintf(nccl, sizeof nccl, "NCCL %d.%d.%d", v >= 10000 ? v / 10000 : v / 1000,
+                      v >= 10000 ? v / 100 % 100 : v / 100 % 10, v % 100);
+      std::printf("volt_bench --distributed: the seed MLP (1,868,590 parameters), Adam, eager steps; %d ranks; "
+                  "collectives on CPU tensors: %s, on CUDA tensors: %s (%s)\n\n",
+                  ranks, dist::backend_name(kCPU).c_str(), dist::backend_name(Device::cuda(0)).c_str(), nccl);
+    }
 
     std::vector<int64_t> bucket_floats;
     for (int64_t global : o.batches) {

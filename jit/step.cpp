@@ -233,7 +233,7 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
 #ifdef VOLT_WITH_CUDA
   // A GPU step runs once as it is (kernels compile, the allocator fills its
   // cache), then is captured, then replayed.
-  if (!e.plan && options_.cuda_graph && (e.graph || cuda::StepGraph::applies(state_, args))) {
+  if (!e.plan && options_.cuda_graph && (e.graph || cuda::StepGraph::applies(e.traces.back(), state_, args))) {
     if (!e.graph && e.runs > 0)
       e.graph = std::make_unique<cuda::StepGraph>(e.traces.back(), state_, args, e.constants, e.num_outputs,
                                                   e.updated_state);

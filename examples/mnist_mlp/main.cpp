@@ -232,13 +232,15 @@ bool train(const ModelFn& model, nn::Module& net, data::DataLoader& loader, cons
 
 int main(int argc, char** argv) {
   const Options o = parse_args(argc, argv);
-  const Device device = pick_device(o.device);
+  Device device = pick_device(o.device);
   try {
     int rank = 0, ranks = 1;
     if (o.distributed) {
       dist::init();
       rank = dist::rank();
       ranks = dist::world_size();
+      // One GPU per rank of a machine (NCCL serves each rank from its own GPU).
+      if (device.is_cuda()) device = Device::cuda(dist::local_rank() % cuda::device_count());
       // Rank 0 alone prints (errors still reach stderr from every rank).
       if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) usage_error("cannot silence rank " + std::to_string(rank));
     }
@@ -260,9 +262,10 @@ int main(int argc, char** argv) {
     std::unique_ptr<dist::DistributedDataParallel> ddp;
     if (o.distributed) {
       ddp = std::make_unique<dist::DistributedDataParallel>(*net);
-      std::printf("data-parallel: %d ranks x batch %lld = global batch %lld, %zu gradient bucket(s) of <= %lld MiB\n",
+      std::printf("data-parallel: %d ranks x batch %lld = global batch %lld, %zu gradient bucket(s) of <= %lld MiB "
+                  "over %s\n",
                   ranks, (long long)o.batch_size, (long long)(ranks * o.batch_size), ddp->buckets().size(),
-                  (long long)(dist::DDPOptions{}.bucket_bytes >> 20));
+                  (long long)(dist::DDPOptions{}.bucket_bytes >> 20), dist::backend_name(device).c_str());
     }
     std::cout << *net << "\n";
     std::printf("device %s, %lld parameters, %lld training samples, %lld test samples\n",

@@ -1,7 +1,12 @@
 #include <volt/jit/cuda/step_graph.h>
 
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <set>
 #include <unordered_map>
 
+#include <volt/jit/collectives.h>
 #include <volt/jit/executor.h>
 #include <volt/jit/tracer.h>
 #include <volt/tensor/cuda/backend.h>
@@ -156,7 +161,16 @@ struct StepGraph::Impl {
   PhiloxState expected{~0ull, ~0ull};  // what the word holds when the next replay starts
 };
 
-bool StepGraph::applies(const std::vector<Tensor>& state, const std::vector<Tensor>& args) {
+std::string StepGraph::refusal(const Trace& trace) {
+  for (const BoundSymbol& b : trace.bsyms)
+    if (is_collective(b))
+      return std::string("the step holds the collective ") + op_name(b.call) +
+             ", and capturing collectives into a CUDA graph is pending a real multi-GPU test (over host buffers a "
+             "collective copies to the host, which a capture refuses; NCCL inside a graph is untested)";
+  return {};
+}
+
+bool StepGraph::applies(const Trace& trace, const std::vector<Tensor>& state, const std::vector<Tensor>& args) {
   if (state.empty() || !vc::is_available()) return false;
   const Device d = state.front().device();
   if (!d.is_cuda()) return false;
@@ -164,7 +178,20 @@ bool StepGraph::applies(const std::vector<Tensor>& state, const std::vector<Tens
     if (t.device() != d || !t.is_contiguous()) return false;
   for (const Tensor& t : args)
     if (t.device() != d) return false;
-  return true;
+  const std::string why = refusal(trace);
+  if (why.empty()) return true;
+  static const bool log = [] {
+    const char* e = std::getenv("VOLT_JIT_LOG");
+    return e && std::string(e).find("graph") != std::string::npos;
+  }();
+  if (log) {
+    static std::mutex mutex;
+    static std::set<std::string> said;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (said.insert(why).second)
+      std::cerr << "volt.jit: the training step runs launch by launch, not as a CUDA graph: " << why << "\n";
+  }
+  return false;
 }
 
 StepGraph::StepGraph(const Trace& trace, const std::vector<Tensor>& state, const std::vector<Tensor>& args,

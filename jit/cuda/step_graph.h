@@ -14,6 +14,7 @@
 // arguments into their buffers and launches: no allocation, no wait.
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <volt/jit/trace.h>
@@ -37,9 +38,16 @@ class StepGraph {
   size_t kernel_nodes() const;
   size_t memcpy_nodes() const;
 
-  // Whether a step with this state and these arguments can be captured: one
-  // CUDA device for all of them.
-  static bool applies(const std::vector<Tensor>& state, const std::vector<Tensor>& args);
+  // Whether a step with this trace, state and arguments is captured: one CUDA
+  // device for all of them, and nothing in the trace that refusal() names.
+  // With VOLT_JIT_LOG=graph a CUDA step that is not captured for refusal()'s
+  // reason says so on stderr (once per reason).
+  static bool applies(const Trace& trace, const std::vector<Tensor>& state, const std::vector<Tensor>& args);
+  // Why a step with this trace runs launch by launch, "" if nothing in it
+  // prevents a capture.  A collective (dist.all_reduce_mean of a data-parallel
+  // step) does: over host buffers it copies to the host, which a capture
+  // refuses, and NCCL inside a graph awaits a test on real GPUs.
+  static std::string refusal(const Trace& trace);
 
   struct Impl;
 

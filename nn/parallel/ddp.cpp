@@ -16,9 +16,9 @@ double now_ms() {
 }
 }  // namespace
 
-// One bucket: its parameters' gradients side by side in one host buffer.
+// One bucket: its parameters' gradients side by side in one buffer.
 struct DistributedDataParallel::Bucket {
-  Tensor flat;                  // (sum of numels,) on the CPU, the parameters' dtype
+  Tensor flat;                  // (sum of numels,), the parameters' dtype: on their GPU with NCCL, else on the CPU
   std::vector<int64_t> offset;  // element offset of each of its parameters
   size_t ready = 0;             // parameters whose gradient is in `flat` this backward
   Work work;
@@ -52,8 +52,8 @@ DistributedDataParallel::DistributedDataParallel(std::vector<Tensor> params, DDP
     const int64_t b = p.numel() * static_cast<int64_t>(dtype_size(p.dtype()));
     const int64_t cap = bucket_params_.size() == 1 ? std::min(options_.bucket_bytes, options_.first_bucket_bytes)
                                                    : options_.bucket_bytes;
-    if (bucket_params_.empty() || bytes + b > cap ||
-        params_[bucket_params_.back()[0]].dtype() != p.dtype()) {
+    const Tensor& head = bucket_params_.empty() ? p : params_[bucket_params_.back()[0]];
+    if (bucket_params_.empty() || bytes + b > cap || head.dtype() != p.dtype() || head.device() != p.device()) {
       bucket_params_.emplace_back();
       bytes = 0;
     }
@@ -69,7 +69,8 @@ DistributedDataParallel::DistributedDataParallel(std::vector<Tensor> params, DDP
       bucket->offset.push_back(n);
       n += params_[k].numel();
     }
-    bucket->flat = Tensor::zeros({n}, params_[members[0]].dtype(), kCPU);
+    const Tensor& p = params_[members[0]];
+    bucket->flat = Tensor::zeros({n}, p.dtype(), backend_name(p.device()) == "nccl" ? p.device() : kCPU);
     buckets_.push_back(std::move(bucket));
   }
   ready_.assign(params_.size(), 0);
@@ -117,7 +118,14 @@ void DistributedDataParallel::on_grad_ready(const std::shared_ptr<TensorImpl>& l
 void DistributedDataParallel::mark_ready(size_t k) {
   ready_[k] = 1;
   Bucket& b = *buckets_[bucket_of_[k]];
-  if (!traced_) {
+  if (!traced_ && !b.flat.device().is_cpu()) {
+    // On the GPU: copies queued on the device's stream, before the all-reduce.
+    NoGradGuard no_grad;
+    const Tensor g = params_[k].grad();
+    Tensor dst = b.flat.narrow(0, b.offset[slot_of_[k]], params_[k].numel());
+    if (g.defined()) dst.copy_(g.reshape({-1}));
+    else dst.zero_();
+  } else if (!traced_) {
     const Tensor g = params_[k].grad();
     const size_t item = dtype_size(params_[k].dtype());
     char* dst = static_cast<char*>(b.flat.raw_data()) + b.offset[slot_of_[k]] * static_cast<int64_t>(item);
@@ -131,9 +139,10 @@ void DistributedDataParallel::mark_ready(size_t k) {
   }
   ++b.ready;
   start_ready_buckets();
-  // Open MPI progresses a non-blocking collective only inside MPI calls.
+  // Open MPI progresses a non-blocking collective only inside MPI calls (NCCL's
+  // progress on the GPU by themselves).
   for (auto& other : buckets_)
-    if (other->work.pending()) other->work.test();
+    if (other->work.pending() && other->flat.device().is_cpu()) other->work.test();
 }
 
 void DistributedDataParallel::start_ready_buckets() {

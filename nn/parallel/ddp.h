@@ -16,8 +16,11 @@
 // bucket at most `first_bucket_bytes`, 1 MiB; one larger parameter makes a
 // bucket of its own).  During backward, once every gradient
 // of a bucket is final (autograd/hooks.h) its values are copied into the
-// bucket's flat buffer and a non-blocking all-reduce (MPI_Iallreduce) starts,
-// so communication overlaps the rest of backward.  When backward ends, every
+// bucket's flat buffer and a non-blocking all-reduce starts, so communication
+// overlaps the rest of backward: MPI_Iallreduce on a host buffer, or, for
+// CUDA parameters when NCCL is used (backend_name), ncclAllReduce on a buffer
+// on the GPU, queued on the device's stream.  A bucket holds parameters of
+// one dtype and one device.  When backward ends, every
 // bucket still to start is started (a parameter that got no gradient in this
 // step contributes zeros, and gets the average of the others), all are waited
 // for, and each parameter's .grad is the average over ranks: the optimizer

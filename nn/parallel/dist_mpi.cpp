@@ -1,20 +1,24 @@
-// volt::dist over MPI (Open MPI from Debian's libopenmpi-dev).
+// volt::dist over MPI (Open MPI from Debian's libopenmpi-dev); CUDA tensors
+// through NCCL where it loads (nn/parallel/nccl.h).
 #include <volt/nn/parallel/dist.h>
 
 #include <mpi.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <dlfcn.h>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <string>
+
+#include <volt/nn/parallel/nccl.h>
 
 namespace volt::dist {
 
 namespace {
 
 bool g_init_here = false;  // volt called MPI_Init (and so calls MPI_Finalize)
+int g_local_rank = -1;     // among the ranks on this machine, found by init()
 std::terminate_handler g_previous_terminate = nullptr;
 
 int rank_or_unknown() {
@@ -70,7 +74,11 @@ struct HostBuffer {
   }
 };
 
-void divide(Tensor& host, int n) {
+bool via_nccl(const Tensor& t) { return t.defined() && nccl::used_for(t.device()); }
+
+}  // namespace
+
+void nccl::divide_on_host(Tensor& host, int n) {
   const int64_t k = host.numel();
   switch (host.dtype()) {
     case DType::f32: { float* p = host.data_ptr<float>(); for (int64_t i = 0; i < k; ++i) p[i] /= static_cast<float>(n); break; }
@@ -80,6 +88,8 @@ void divide(Tensor& host, int n) {
     default: break;
   }
 }
+
+namespace {
 
 // An exception escaping main() on one rank ends all of them.
 void terminate_with_abort() {
@@ -119,6 +129,11 @@ void init() {
   check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
   // Failures come back as codes that volt turns into exceptions.
   check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  // The ranks that share this machine's memory: a collective, so here, where every rank is.
+  MPI_Comm node = MPI_COMM_NULL;
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  check(MPI_Comm_rank(node, &g_local_rank), "MPI_Comm_rank");
+  check(MPI_Comm_free(&node), "MPI_Comm_free");
   if (!g_init_here) {
     g_init_here = true;
     std::atexit(finalize_at_exit);
@@ -133,6 +148,11 @@ int rank() {
   return r;
 }
 
+int local_rank() {
+  require_init("dist::local_rank");
+  return g_local_rank;
+}
+
 int world_size() {
   require_init("dist::world_size");
   int n = 0;
@@ -142,11 +162,12 @@ int world_size() {
 
 void all_reduce(Tensor& t, ReduceOp op) {
   require_init("dist::all_reduce");
+  if (via_nccl(t)) return nccl::all_reduce(t, op);
   HostBuffer b(t, "dist::all_reduce");
   check(MPI_Allreduce(MPI_IN_PLACE, b.host.raw_data(), static_cast<int>(b.host.numel()), mpi_type(t, "dist::all_reduce"),
                       MPI_SUM, MPI_COMM_WORLD),
         "MPI_Allreduce");
-  if (op == ReduceOp::Average) divide(b.host, world_size());
+  if (op == ReduceOp::Average) nccl::divide_on_host(b.host, world_size());
   b.finish(t);
 }
 
@@ -154,6 +175,7 @@ void broadcast(Tensor& t, int root) {
   require_init("dist::broadcast");
   const int n = world_size();
   VOLT_CHECK(root >= 0 && root < n, "dist::broadcast", "root " << root << " is not a rank of " << n);
+  if (via_nccl(t)) return nccl::broadcast(t, root);
   HostBuffer b(t, "dist::broadcast");
   check(MPI_Bcast(b.host.raw_data(), static_cast<int>(b.host.numel()), mpi_type(t, "dist::broadcast"), root, MPI_COMM_WORLD),
         "MPI_Bcast");
@@ -167,6 +189,7 @@ void barrier() {
 
 Tensor all_gather(const Tensor& t) {
   require_init("dist::all_gather");
+  if (via_nccl(t)) return nccl::all_gather(t);
   HostBuffer b(t, "dist::all_gather");
   Shape shape = t.sizes();
   shape.insert(shape.begin(), world_size());
@@ -177,17 +200,26 @@ Tensor all_gather(const Tensor& t) {
   return t.device().is_cpu() ? out : out.to(t.device());
 }
 
+// One of: an MPI request on a host buffer, or an all-reduce queued on NCCL.
 struct Work::State {
   Tensor target;
-  HostBuffer buffer;
-  ReduceOp op;
+  ReduceOp op = ReduceOp::Sum;
+  std::optional<HostBuffer> buffer;
   MPI_Request request = MPI_REQUEST_NULL;
+  std::shared_ptr<nccl::Pending> queued;
 };
 
 Work all_reduce_async(Tensor& t, ReduceOp op) {
   require_init("dist::all_reduce_async");
-  auto s = std::make_shared<Work::State>(Work::State{t, HostBuffer(t, "dist::all_reduce_async"), op});
-  check(MPI_Iallreduce(MPI_IN_PLACE, s->buffer.host.raw_data(), static_cast<int>(s->buffer.host.numel()),
+  auto s = std::make_shared<Work::State>();
+  s->target = t;
+  s->op = op;
+  if (via_nccl(t)) {
+    s->queued = nccl::all_reduce_async(t, op);
+    return Work(std::move(s));
+  }
+  s->buffer.emplace(t, "dist::all_reduce_async");
+  check(MPI_Iallreduce(MPI_IN_PLACE, s->buffer->host.raw_data(), static_cast<int>(s->buffer->host.numel()),
                        mpi_type(t, "dist::all_reduce_async"), MPI_SUM, MPI_COMM_WORLD, &s->request),
         "MPI_Iallreduce");
   return Work(std::move(s));
@@ -195,6 +227,7 @@ Work all_reduce_async(Tensor& t, ReduceOp op) {
 
 bool Work::test() {
   if (!state_) return true;
+  if (state_->queued) return nccl::test(*state_->queued);
   int done = 0;
   check(MPI_Test(&state_->request, &done, MPI_STATUS_IGNORE), "MPI_Test");
   return done != 0;
@@ -203,9 +236,10 @@ bool Work::test() {
 void Work::wait() {
   if (!state_) return;
   std::shared_ptr<State> s = std::move(state_);
+  if (s->queued) return nccl::wait(*s->queued);
   check(MPI_Wait(&s->request, MPI_STATUS_IGNORE), "MPI_Wait");
-  if (s->op == ReduceOp::Average) divide(s->buffer.host, world_size());
-  s->buffer.finish(s->target);
+  if (s->op == ReduceOp::Average) nccl::divide_on_host(s->buffer->host, world_size());
+  s->buffer->finish(s->target);
 }
 
 void abort(const std::string& message, int code) {
@@ -215,13 +249,10 @@ void abort(const std::string& message, int code) {
   std::_Exit(code);
 }
 
-bool nccl_loadable() {
-  static const bool ok = [] {
-    void* h = dlopen("libnccl.so.2", RTLD_LAZY | RTLD_LOCAL);
-    if (h) dlclose(h);
-    return h != nullptr;
-  }();
-  return ok;
-}
+std::string backend_name(const Device& d) { return nccl::used_for(d) ? "nccl" : "mpi"; }
+
+bool nccl_loadable() { return nccl::loaded(); }
+
+int nccl_version() { return nccl::version(); }
 
 }  // namespace volt::dist

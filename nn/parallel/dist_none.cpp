@@ -17,6 +17,7 @@ bool is_initialized() { return false; }
 void init() { unavailable("dist::init"); }
 int rank() { unavailable("dist::rank"); }
 int world_size() { unavailable("dist::world_size"); }
+int local_rank() { unavailable("dist::local_rank"); }
 void all_reduce(Tensor&, ReduceOp) { unavailable("dist::all_reduce"); }
 void broadcast(Tensor&, int) { unavailable("dist::broadcast"); }
 void barrier() { unavailable("dist::barrier"); }
@@ -30,6 +31,8 @@ void abort(const std::string& message, int code) {
   std::_Exit(code);
 }
 
+std::string backend_name(const Device&) { return "none"; }
 bool nccl_loadable() { return false; }
+int nccl_version() { return 0; }
 
 }  // namespace volt::dist

@@ -17,6 +17,8 @@
 //     device are queued on their stream and run at a synchronisation (a stream
 //     sync, a copy to the host, cudaFree).  Launch parameters, GEMM scalars and
 //     host data copied to the device are captured when called, as CUDA does.
+//     cudaEventQuery answers "not ready" for an event still queued, and the
+//     device then runs the queue, as time would pass on a GPU.
 //   * Device memory lives in its own address range, readable only while queued
 //     device work runs.  Host code that dereferences a device pointer, or a
 //     kernel that strays outside every allocation (each is followed by a guard

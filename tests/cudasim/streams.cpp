@@ -137,6 +137,21 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   return cudaSuccess;
 }
 
+// The simulated device runs a stream's queue only when the host waits for
+// it, so a query stands for time passing: an event whose record has run is
+// complete (as is one never recorded); otherwise the answer is "not ready",
+// recorded as the last error (a caller that tolerates it clears it), and the
+// device then runs the queue, so the next query finds the event complete.
+// Refused while the event's stream records, as cudaEventSynchronize.
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (!event) return fail(cudaErrorInvalidResourceHandle);
+  if (refused_in_capture(event->stream)) return cudaErrorStreamCaptureUnsupported;
+  if (!event->stream || event->recorded) return cudaSuccess;
+  run_queue(event->stream);  // not a wait: the host goes on without it
+  return fail(cudaErrorNotReady);
+}
+
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   if (!start || !end) return fail(cudaErrorInvalidResourceHandle);

@@ -11,8 +11,18 @@ timeout 600 "${mpirun[@]}" "$build/tests/volt_mpi_tests"
 # CUDA tensors through host buffers, on the simulated GPU (a CUDA build only).
 sim="$build/tests/libvolt_cudasim.so"
 if [ -f "$sim" ]; then
-  timeout 600 "${mpirun[@]}" -x LD_PRELOAD="$(realpath "$sim")" -x VOLT_KERNEL_CACHE="$(realpath "$build")/cudasim-kernels" \
-    "$build/tests/volt_mpi_tests" -tc='dist: CUDA*'
+  on_sim=("${mpirun[@]}" -x LD_PRELOAD="$(realpath "$sim")" -x VOLT_KERNEL_CACHE="$(realpath "$build")/cudasim-kernels")
+  timeout 600 "${on_sim[@]}" "$build/tests/volt_mpi_tests" -tc='dist: CUDA*'
+  # ... and through NCCL: the simulated one (tests/ncclsim) found first as
+  # libnccl.so.2; again as an NCCL older than 2.10 (no ncclAvg: version code
+  # 2807 is 2.8.7), and with VOLT_NCCL=0 (the host-buffer path, NCCL untouched).
+  ncclsim="$build/tests/ncclsim"
+  if [ -f "$ncclsim/libnccl.so.2" ]; then
+    with_nccl=("${on_sim[@]}" -x LD_LIBRARY_PATH="$(realpath "$ncclsim")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+    timeout 600 "${with_nccl[@]}" "$build/tests/volt_mpi_tests" -tc='nccl: *'
+    timeout 600 "${with_nccl[@]}" -x VOLT_NCCLSIM_VERSION=2807 "$build/tests/volt_mpi_tests" -tc='nccl: *'
+    timeout 600 "${with_nccl[@]}" -x VOLT_NCCL=0 "$build/tests/volt_mpi_tests" -tc='nccl: *'
+  fi
 fi
 
 log=$(mktemp)

@@ -12,6 +12,8 @@ TEST_CASE("dist: rank and world size come from mpirun") {
   CHECK(dist::world_size() == 2);
   CHECK(dist::rank() >= 0);
   CHECK(dist::rank() < dist::world_size());
+  // Both ranks run on this one machine (tests/mpi/run.sh), so their local ranks are their ranks.
+  CHECK(dist::local_rank() == dist::rank());
   // Ranks are distinct: their sum is 0 + 1 + ... + (n-1).
   Tensor r = Tensor::full({1}, static_cast<int64_t>(dist::rank()), DType::i64);
   dist::all_reduce(r);
@@ -97,6 +99,8 @@ TEST_CASE("dist: bad input is an error naming the call") {
 #include <volt/nn/linear.h>
 #include <volt/nn/parallel/ddp.h>
 #include <volt/tensor/cuda/runtime.h>
+
+#include <cstdlib>
 #endif
 
 // tests/mpi/run.sh runs this once more on the simulated GPU (tests/cudasim).
@@ -108,6 +112,12 @@ TEST_CASE("dist: CUDA tensors go through host buffers and stay on their device")
     MESSAGE("skipped: no CUDA GPU or driver here");
     return;
   }
+  // The host-buffer path, whether NCCL is installed or not (test_nccl.cpp tests NCCL's).
+  ::setenv("VOLT_NCCL", "0", 1);
+  struct Restore {
+    ~Restore() { ::unsetenv("VOLT_NCCL"); }
+  } restore;
+  REQUIRE(dist::backend_name(Device::cuda(0)) == "mpi");
   const Device gpu = Device::cuda(0);
   const int n = dist::world_size(), me = dist::rank();
   Tensor t = Tensor::full({6}, 1.0 + me, DType::f32, gpu);
