@@ -1,4 +1,5 @@
-// The window prims on the CPU: im2col, col2im, max_pool2d and its gradient.
+// The window prims on the CPU: im2col, col2im, max_pool2d and its gradient
+// (the convolution prims are tensor/cpu_convolution.cpp).
 // Each works plane by plane (one (n, c) image channel at a time), the planes
 // split over threads; every output element is written by one thread, in one
 // fixed order, so results do not depend on the number of threads.
@@ -157,12 +158,35 @@ void max_pool_kernel(const T* x, T* y, const Geometry& g) {
 template <class T>
 void max_pool_backward_kernel(const T* gy, const T* x, T* gx, const Geometry& g) {
   const int64_t planes = g.n * g.c;
+  const Window2d& k = g.win;
+  const bool plain2 = k.kernel[0] == 2 && k.kernel[1] == 2 && k.stride[0] == 2 && k.stride[1] == 2 &&
+                      k.padding[0] == 0 && k.padding[1] == 0 && k.dilation[0] == 1 && k.dilation[1] == 1;
 #pragma omp parallel for schedule(static) if (planes * g.h * g.w > (1 << 15))
   for (int64_t p = 0; p < planes; ++p) {
     const T* xp = x + p * g.h * g.w;
     const T* gp = gy + p * g.oh * g.ow;
     T* op = gx + p * g.h * g.w;
     std::fill(op, op + g.h * g.w, T(0));
+    if (plain2) {  // the common 2x2 pool: windows apart, the same first-maximum rule
+      for (int64_t oh = 0; oh < g.oh; ++oh) {
+        const T* r0 = xp + 2 * oh * g.w;
+        const T* r1 = r0 + g.w;
+        T* o0 = op + 2 * oh * g.w;
+        for (int64_t ow = 0; ow < g.ow; ++ow) {
+          const int64_t c = 2 * ow;
+          const T v[4] = {r0[c], r0[c + 1], r1[c], r1[c + 1]};
+          int best = 0;
+          if (!std::isnan(v[0]))
+            for (int q = 1; q < 4; ++q)
+              if (v[q] > v[best] || std::isnan(v[q])) {
+                best = q;
+                if (std::isnan(v[q])) break;
+              }
+          o0[(best >> 1) * g.w + c + (best & 1)] = gp[oh * g.ow + ow];
+        }
+      }
+      continue;
+    }
     for (int64_t oh = 0; oh < g.oh; ++oh)
       for (int64_t ow = 0; ow < g.ow; ++ow) {
         const int64_t at = window_argmax(xp, g, oh, ow);
@@ -205,9 +229,14 @@ void run_typed(const OpCall& call, Tensor& out) {
 
 }  // namespace
 
+void cpu_convolution(const OpCall& call, Tensor& out);  // cpu_convolution.cpp
+
 // Runs a window prim whose output is allocated (cpu_backend.cpp calls it).
 void cpu_window(const OpCall& call, Tensor& out) {
   NoGradGuard no_grad;
+  if (call.op == OpId::convolution || call.op == OpId::convolution_grad_input ||
+      call.op == OpId::convolution_grad_weight)
+    return cpu_convolution(call, out);
   if (out.dtype() == DType::f64) run_typed<double>(call, out);
   else run_typed<float>(call, out);
 }
