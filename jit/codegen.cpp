@@ -69,16 +69,20 @@ std::string render(const BoundSymbol& f, const std::string& kernel_name,
   std::ostringstream os;
   os << "VOLT_KERNEL(" << kernel_name << ") {\n";
   size_t k = 0;
+  // A bool input is read as its byte (0 or 1): compilers vectorise a select
+  // on a byte load, not on a bool load (whose scalar loop mispredicts on a
+  // ReLU's random mask).
+  auto in_type = [](const Tensor& in) { return in.dtype() == DType::b8 ? "unsigned char" : dtype_c_type(in.dtype()); };
   for (const Tensor& in : f.fusion_inputs)
-    os << "  const " << dtype_c_type(in.dtype()) << "* in_" << name(in) << " = (const " << dtype_c_type(in.dtype())
-       << "*)args[" << k++ << "];\n";
+    os << "  const " << in_type(in) << "* in_" << name(in) << " = (const " << in_type(in) << "*)args[" << k++
+       << "];\n";
   for (const Tensor& o : f.outputs)
     os << "  " << dtype_c_type(o.dtype()) << "* out_" << name(o) << " = (" << dtype_c_type(o.dtype()) << "*)args["
        << k++ << "];\n";
   os << "  VOLT_LOOP(i, n) {\n";
   for (const Tensor& in : f.fusion_inputs)
     os << "    const " << dtype_c_type(in.dtype()) << " " << name(in) << " = in_" << name(in) << "["
-       << index_expr(in.sizes(), shape) << "];\n";
+       << index_expr(in.sizes(), shape) << "]" << (in.dtype() == DType::b8 ? " != 0" : "") << ";\n";
   for (const BoundSymbol& p : f.subsymbols) {
     const Tensor& out = p.outputs[0];
     const std::string rt = dtype_c_type(out.dtype());

@@ -736,9 +736,13 @@ class CpuBackend final : public Backend {
       const scalar_t* a = reinterpret_cast<const scalar_t*>(in[1].ptr);
       const scalar_t* b = reinterpret_cast<const scalar_t*>(in[2].ptr);
       if (const int mask = scalar_mask(in, sh); mask >= 0 && n > 0) {
+        // The condition read as bytes (a bool is 0 or 1): GCC vectorises a
+        // select on a byte, not on a bool load, and the branchy scalar loop
+        // mispredicts on every other element of a random mask (a ReLU's).
+        const uint8_t* cb = reinterpret_cast<const uint8_t*>(c);
         with_mask<3>(mask, [&]<int M>() {
-          flat_loop<M, scalar_t>(o, n, std::tuple{c, a, b},
-                                 [](bool ci, scalar_t ai, scalar_t bi) { return ci ? ai : bi; });
+          flat_loop<M, scalar_t>(o, n, std::tuple{cb, a, b},
+                                 [](uint8_t ci, scalar_t ai, scalar_t bi) { return ci ? ai : bi; });
         });
         return;
       }
