@@ -162,6 +162,29 @@ std::vector<Tensor> vjp(const OpCall& c, const Tensor& g) {
       return {col2im(g, Window2d::from_ints(at.ints), arg(c, 0).size(2), arg(c, 0).size(3))};
     case OpId::col2im: return {im2col(g, Window2d::from_ints(at.ints))};
     case OpId::max_pool2d: return {max_pool2d_backward(g, arg(c, 0), Window2d::from_ints(at.ints))};
+    // ---- convolution: linear in each operand; its gradient prims are its adjoints ----
+    case OpId::convolution: {
+      const Window2d w = Window2d::from_ints(at.ints);
+      const Tensor& x = arg(c, 0);
+      const Tensor& wt = arg(c, 1);
+      const Tensor bias = c.args.size() == 3 ? arg(c, 2) : Tensor();
+      // With the ReLU fused in, its mask is the output's sign: recomputed, as
+      // the rule sees only the inputs (conv2d_relu fuses only without grad).
+      const Tensor gy = at.flag ? where(gt(convolution(x, wt, bias, w, true), 0.0), g, 0.0) : g;
+      std::vector<Tensor> r{convolution_grad_input(gy, wt, w, x.size(2), x.size(3)), convolution_grad_weight(gy, x, w)};
+      // The bias: over each image's plane (contiguous), then over the batch.
+      if (c.args.size() == 3) r.push_back(sum(sum(gy, {2, 3}), {0}));
+      return r;
+    }
+    case OpId::convolution_grad_input: {  // dx(gy, w): <dx, u> = <gy, conv(u, w)>
+      const Window2d w = Window2d::from_ints(at.ints);
+      return {convolution(g, arg(c, 1), Tensor(), w), convolution_grad_weight(arg(c, 0), g, w)};
+    }
+    case OpId::convolution_grad_weight: {  // dw(gy, x): <dw, v> = <gy, conv(x, v)>
+      const Window2d w = Window2d::from_ints(at.ints);
+      const Tensor& x = arg(c, 1);
+      return {convolution(x, g, Tensor(), w), convolution_grad_input(arg(c, 0), g, w, x.size(2), x.size(3))};
+    }
     // Eager mode records cross_entropy whole where it ran as one fused kernel.
     case OpId::cross_entropy:
       return {cross_entropy_backward(g, arg(c, 0), arg(c, 1), cross_entropy_options(at)), Tensor()};

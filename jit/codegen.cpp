@@ -48,6 +48,14 @@ std::string prim_expr(const OpCall& c, DType result, const std::function<std::st
            literal(c.attrs.a, c.attrs.dtype) + ", " + literal(c.attrs.b, c.attrs.dtype) + ")";
   }
   const OpKind kind = op_info(c.op).kind;
+  // A bool converted to a number as a select of 1 or 0 (the same values):
+  // GCC does not vectorise a cast from bool, which leaves the whole loop
+  // around it scalar, a dropout's Philox draw included.
+  if (kind == OpKind::Convert && c.args[0].is_tensor && c.args[0].tensor.dtype() == DType::b8 &&
+      result != DType::b8) {
+    const std::string t = dtype_c_type(result);
+    return "(" + name(c.args[0].tensor) + " ? (" + t + ")1 : (" + t + ")0)";
+  }
   const DType cd = compute_dtype(c);  // the one rule, as the eager kernels
   std::vector<std::string> ops;
   for (size_t i = 0; i < c.args.size(); ++i) {
@@ -69,16 +77,20 @@ std::string render(const BoundSymbol& f, const std::string& kernel_name,
   std::ostringstream os;
   os << "VOLT_KERNEL(" << kernel_name << ") {\n";
   size_t k = 0;
+  // A bool input is read as its byte (0 or 1): compilers vectorise a select
+  // on a byte load, not on a bool load (whose scalar loop mispredicts on a
+  // ReLU's random mask).
+  auto in_type = [](const Tensor& in) { return in.dtype() == DType::b8 ? "unsigned char" : dtype_c_type(in.dtype()); };
   for (const Tensor& in : f.fusion_inputs)
-    os << "  const " << dtype_c_type(in.dtype()) << "* in_" << name(in) << " = (const " << dtype_c_type(in.dtype())
-       << "*)args[" << k++ << "];\n";
+    os << "  const " << in_type(in) << "* in_" << name(in) << " = (const " << in_type(in) << "*)args[" << k++
+       << "];\n";
   for (const Tensor& o : f.outputs)
     os << "  " << dtype_c_type(o.dtype()) << "* out_" << name(o) << " = (" << dtype_c_type(o.dtype()) << "*)args["
        << k++ << "];\n";
   os << "  VOLT_LOOP(i, n) {\n";
   for (const Tensor& in : f.fusion_inputs)
     os << "    const " << dtype_c_type(in.dtype()) << " " << name(in) << " = in_" << name(in) << "["
-       << index_expr(in.sizes(), shape) << "];\n";
+       << index_expr(in.sizes(), shape) << "]" << (in.dtype() == DType::b8 ? " != 0" : "") << ";\n";
   for (const BoundSymbol& p : f.subsymbols) {
     const Tensor& out = p.outputs[0];
     const std::string rt = dtype_c_type(out.dtype());
@@ -90,7 +102,9 @@ std::string render(const BoundSymbol& f, const std::string& kernel_name,
   return os.str();
 }
 
-// Host-side definitions of the two macros.
+// Host-side definitions of the two macros.  The `if` names `parallel`: a bare
+// `if` on `parallel for simd` also turns the simd off below the bound, leaving
+// every loop of up to 65536 elements scalar.
 const char* kHostPrelude = R"volt(#include <cmath>
 using std::exp; using std::log; using std::sqrt; using std::tanh; using std::pow;
 #define VOLT_HD
@@ -99,7 +113,7 @@ using std::exp; using std::log; using std::sqrt; using std::tanh; using std::pow
 #define VOLT_KERNEL(name) extern "C" void VOLT_PASTE(name, VOLT_KEY)(long long n, void* const* args, \
     unsigned long long rng_seed, unsigned long long rng_offset)
 #define VOLT_LOOP(i, n) (void)rng_seed; (void)rng_offset; \
-    _Pragma("omp parallel for simd if (n > 65536)") for (long long i = 0; i < n; ++i)
+    _Pragma("omp parallel for simd if (parallel: n > 65536)") for (long long i = 0; i < n; ++i)
 )volt";
 
 // CUDA definitions of the same: one thread per element, grid-stride; the

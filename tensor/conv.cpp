@@ -52,8 +52,72 @@ Tensor call1(OpId op, std::vector<Value> args, std::vector<int64_t> ints) {
 
 }  // namespace
 
+namespace {
+
+// The convolution prims' operands: checked, and the output's metadata.
+std::vector<TensorMeta> convolution_meta(const OpCall& call, const Window2d& w) {
+  const char* op = op_name(call.op);
+  const std::vector<Value>& a = call.args;
+  const bool fwd = call.op == OpId::convolution;
+  VOLT_CHECK(a.size() == 2 || (fwd && a.size() == 3), op,
+             "expected " << (fwd ? "input, weight and optional bias" : "2 tensor arguments") << ", got "
+                         << a.size() << " arguments");
+  for (const Value& v : a) VOLT_CHECK(v.is_tensor, op, "expected tensor arguments, got a scalar");
+  const Tensor& first = a[0].tensor;
+  check_image(first, op, fwd ? "input" : "gradient");
+  for (const Value& v : a)
+    VOLT_CHECK(v.tensor.defined() && v.tensor.dtype() == first.dtype() && v.tensor.device() == first.device(), op,
+               "expected every operand " << dtype_name(first.dtype()) << " on " << first.device().str() << ", got "
+                                         << (v.tensor.defined() ? v.tensor.meta_str() : std::string("undefined")));
+  switch (call.op) {
+    case OpId::convolution: {
+      const Tensor& x = a[0].tensor;
+      const Tensor& wt = a[1].tensor;
+      VOLT_CHECK(wt.dim() == 4 && wt.size(2) == w.kernel[0] && wt.size(3) == w.kernel[1] && wt.size(1) == x.size(1),
+                 op, "expected a weight (O, " << x.size(1) << ", " << w.kernel[0] << ", " << w.kernel[1]
+                                              << ") for input " << x.meta_str() << ", got " << wt.meta_str());
+      if (a.size() == 3)
+        VOLT_CHECK(a[2].tensor.dim() == 1 && a[2].tensor.size(0) == wt.size(0), op,
+                   "expected a bias (" << wt.size(0) << "), got " << a[2].tensor.meta_str());
+      const int64_t oh = w.out_size(0, x.size(2), op), ow = w.out_size(1, x.size(3), op);
+      return {{{x.size(0), wt.size(0), oh, ow}, x.dtype(), x.device()}};
+    }
+    case OpId::convolution_grad_input: {
+      VOLT_CHECK(call.attrs.ints.size() == 10, op, "expected the window and the input's (H, W)");
+      const Tensor& g = a[0].tensor;
+      const Tensor& wt = a[1].tensor;
+      const int64_t h = call.attrs.ints[8], wd = call.attrs.ints[9];
+      const int64_t oh = w.out_size(0, h, op), ow = w.out_size(1, wd, op);
+      VOLT_CHECK(wt.dim() == 4 && wt.size(2) == w.kernel[0] && wt.size(3) == w.kernel[1] && wt.size(0) == g.size(1) &&
+                     g.size(2) == oh && g.size(3) == ow,
+                 op, "gradient " << g.meta_str() << " and weight " << wt.meta_str() << " do not fit a " << w.kernel[0]
+                                 << "x" << w.kernel[1] << " window over " << h << "x" << wd);
+      return {{{g.size(0), wt.size(1), h, wd}, g.dtype(), g.device()}};
+    }
+    default: {  // convolution_grad_weight
+      const Tensor& g = a[0].tensor;
+      const Tensor& x = a[1].tensor;
+      check_image(x, op, "input");
+      const int64_t oh = w.out_size(0, x.size(2), op), ow = w.out_size(1, x.size(3), op);
+      VOLT_CHECK(g.size(0) == x.size(0) && g.size(2) == oh && g.size(3) == ow, op,
+                 "gradient " << g.meta_str() << " does not fit input " << x.meta_str() << " under a " << w.kernel[0]
+                             << "x" << w.kernel[1] << " window (expected (" << x.size(0) << ", O, " << oh << ", "
+                             << ow << "))");
+      return {{{g.size(1), x.size(1), w.kernel[0], w.kernel[1]}, g.dtype(), g.device()}};
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<TensorMeta> window_meta(const OpCall& call) {
   const char* op = op_name(call.op);
+  if (call.op == OpId::convolution || call.op == OpId::convolution_grad_input ||
+      call.op == OpId::convolution_grad_weight) {
+    const Window2d w = Window2d::from_ints(call.attrs.ints);
+    check_window(w, op);
+    return convolution_meta(call, w);
+  }
   const size_t nargs = call.op == OpId::max_pool2d_backward ? 2 : 1;
   VOLT_CHECK(call.args.size() == nargs, op, "expected " << nargs << " tensor arguments, got " << call.args.size());
   for (const Value& v : call.args) VOLT_CHECK(v.is_tensor, op, "expected tensor arguments, got a scalar");
@@ -128,6 +192,19 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                {o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0], o.dilation[1]});
 }
 
+Tensor conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
+  bool grad = false;
+  for (const Tensor* t : {&x, &weight, &bias}) grad = grad || (t->defined() && t->requires_grad());
+  if (grad && grad_enabled()) return relu(conv2d(x, weight, bias, o));
+  VOLT_CHECK(o.groups == 1, "conv2d_relu", "only groups=1 is supported, got groups=" << o.groups);
+  std::vector<Value> args{x, weight};
+  if (bias.defined()) args.emplace_back(bias);
+  Attrs a;
+  a.ints = {o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0], o.dilation[1]};
+  a.flag = true;  // the ReLU, passed on to the convolution prim
+  return dispatch1(OpCall{OpId::conv2d, std::move(args), std::move(a)});
+}
+
 Tensor conv2d_decomposition(const OpCall& call) {
   const char* op = "conv2d";
   VOLT_CHECK(call.args.size() == 2 || call.args.size() == 3, op, "expected input, weight and optional bias");
@@ -147,18 +224,68 @@ Tensor conv2d_decomposition(const OpCall& call) {
   VOLT_CHECK(a.size() == 6, op, "expected stride, padding and dilation");
   const Window2d win{{w.size(2), w.size(3)}, {a[0], a[1]}, {a[2], a[3]}, {a[4], a[5]}};
   check_window(win, op);
-  const int64_t oh = win.out_size(0, x.size(2), op), ow = win.out_size(1, x.size(3), op);
-  const int64_t n = x.size(0), out_ch = w.size(0);
-  // (O, C*kh*kw) @ (N, C*kh*kw, OH*OW) -> (N, O, OH*OW): already channels first.
-  Tensor y = matmul(reshape(w, {out_ch, w.size(1) * w.size(2) * w.size(3)}), im2col(x, win));
   if (call.args.size() == 3) {
     const Tensor& b = call.args[2].tensor;
-    VOLT_CHECK(b.defined() && b.dim() == 1 && b.size(0) == out_ch && b.dtype() == w.dtype(), op,
-               "bias must be " << dtype_name(w.dtype()) << "[" << out_ch << "], got "
+    VOLT_CHECK(b.defined() && b.dim() == 1 && b.size(0) == w.size(0) && b.dtype() == w.dtype(), op,
+               "bias must be " << dtype_name(w.dtype()) << "[" << w.size(0) << "], got "
                                << (b.defined() ? b.meta_str() : std::string("an undefined tensor")));
-    y = add(y, reshape(b, {out_ch, 1}));
   }
-  return reshape(y, {n, out_ch, oh, ow});
+  (void)win.out_size(0, x.size(2), op), (void)win.out_size(1, x.size(3), op);
+  return convolution(x, w, call.args.size() == 3 ? call.args[2].tensor : Tensor(), win, call.attrs.flag);
+}
+
+Tensor convolution(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& w, bool relu) {
+  std::vector<Value> args{x, weight};
+  if (bias.defined()) args.emplace_back(bias);
+  Attrs a;
+  a.ints = w.ints();
+  a.flag = relu;
+  return dispatch1(OpCall{OpId::convolution, std::move(args), std::move(a)});
+}
+
+Tensor convolution_grad_input(const Tensor& g, const Tensor& weight, const Window2d& w, int64_t height,
+                              int64_t width) {
+  std::vector<int64_t> ints = w.ints();
+  ints.push_back(height);
+  ints.push_back(width);
+  return call1(OpId::convolution_grad_input, {g, weight}, std::move(ints));
+}
+
+Tensor convolution_grad_weight(const Tensor& g, const Tensor& x, const Window2d& w) {
+  return call1(OpId::convolution_grad_weight, {g, x}, w.ints());
+}
+
+Tensor convolution_by_parts(const OpCall& call) {
+  NoGradGuard no_grad;
+  const Window2d win = Window2d::from_ints(call.attrs.ints);
+  const Tensor& a0 = call.args[0].tensor;
+  const Tensor& a1 = call.args[1].tensor;
+  switch (call.op) {
+    case OpId::convolution: {
+      // (O, C*kh*kw) @ (N, C*kh*kw, OH*OW) -> (N, O, OH*OW): already channels first.
+      const int64_t o = a1.size(0), oh = win.out_size(0, a0.size(2), "convolution"),
+                    ow = win.out_size(1, a0.size(3), "convolution");
+      Tensor y = matmul(reshape(a1, {o, a1.numel() / std::max<int64_t>(o, 1)}), im2col(a0, win));
+      if (call.args.size() == 3) y = add(y, reshape(call.args[2].tensor, {o, 1}));
+      if (call.attrs.flag) y = relu(y);
+      return reshape(y, {a0.size(0), o, oh, ow});
+    }
+    case OpId::convolution_grad_input: {
+      // g (N, O, L), weight^T (C*kh*kw, O) -> columns (N, C*kh*kw, L) -> col2im.
+      const int64_t o = a1.size(0);
+      Tensor wt = reshape(a1, {o, a1.numel() / std::max<int64_t>(o, 1)}).t();
+      Tensor cols = matmul(wt, reshape(a0, {a0.size(0), o, a0.size(2) * a0.size(3)}));
+      return col2im(cols, win, call.attrs.ints[8], call.attrs.ints[9]);
+    }
+    case OpId::convolution_grad_weight: {
+      // sum over the batch of g (N, O, L) @ columns^T (N, L, C*kh*kw).
+      const int64_t n = a0.size(0), o = a0.size(1);
+      Tensor cols = im2col(a1, win);
+      Tensor gw = sum(matmul(reshape(a0, {n, o, a0.size(2) * a0.size(3)}), cols.transpose(1, 2)), {0});
+      return reshape(gw, {o, a1.size(1), win.kernel[0], win.kernel[1]});
+    }
+    default: VOLT_FAIL(op_name(call.op), "is not a convolution prim");
+  }
 }
 
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {

@@ -6,10 +6,15 @@
 //   flatten(y, 1)                                -> (N, C * OH * OW)
 // with OH = (H + 2 * pad_h - dil_h * (kh - 1) - 1) / stride_h + 1 (and OW alike).
 //
-// conv2d is a composite: im2col (a prim) unfolds every kh x kw window into a
-// column, one matmul with the weight as an (O, C * kh * kw) matrix gives the
-// output, the bias is added.  Its gradient is therefore the matmul's and
-// col2im's (im2col's adjoint).  max_pool2d is a prim with its own gradient
+// conv2d is a composite over one prim, convolution (x, weight, bias), whose
+// gradient prims are convolution_grad_input and convolution_grad_weight.  In
+// parts, convolution is im2col (every kh x kw window unfolded into a column),
+// one matmul with the weight as an (O, C * kh * kw) matrix, the bias added (and
+// a ReLU where asked); convolution_by_parts runs exactly that with the window
+// prims and matmul (the CUDA backend does; the CPU has one kernel per image,
+// tensor/cpu_conv.cpp).  conv2d_relu(x, w, b) = relu(conv2d(x, w, b)) in one
+// pass where no gradient is wanted (bias and ReLU applied as each tile of the
+// product is stored), else as conv2d then relu.  max_pool2d is a prim with its own gradient
 // prim, max_pool2d_backward, which sends each output's gradient to the first
 // maximal element of its window (PyTorch's rule; a NaN counts as maximal).
 #pragma once
@@ -45,6 +50,9 @@ struct Conv2dOptions {
 
 // x: (N, C, H, W), weight: (O, C, kh, kw), bias: (O) or undefined -> (N, O, OH, OW)
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dOptions& o = {});
+// relu(conv2d(x, weight, bias, o)): one kernel (the ReLU fused into the
+// product's store) where no gradient is wanted, else conv2d then relu.
+Tensor conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dOptions& o = {});
 // x: (N, C, H, W) -> (N, C, OH, OW), the maximum of each window (padding counts
 // as -inf).  stride {0, 0} (the default) means stride = kernel, as in PyTorch.
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
@@ -60,6 +68,18 @@ Tensor im2col(const Tensor& x, const Window2d& w);
 // The adjoint of im2col: cols (N, C * kh * kw, OH * OW) -> (N, C, H, W), each
 // column entry added into the input element it was read from.
 Tensor col2im(const Tensor& cols, const Window2d& w, int64_t height, int64_t width);
+// The convolution prim: x (N, C, H, W), weight (O, C, kh, kw), bias (O) or
+// undefined -> (N, O, OH, OW); relu: max(., 0) applied to the sum (with bias).
+// The window's kernel must be the weight's (kh, kw).
+Tensor convolution(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& w, bool relu = false);
+// Its gradients: g (N, O, OH, OW) and the weight -> the gradient of x (N, C,
+// height, width); g and x -> the gradient of the weight (O, C, kh, kw).
+Tensor convolution_grad_input(const Tensor& g, const Tensor& weight, const Window2d& w, int64_t height, int64_t width);
+Tensor convolution_grad_weight(const Tensor& g, const Tensor& x, const Window2d& w);
+// Any of the three convolution prims computed by other ops (im2col, matmul,
+// col2im, add, relu, sum) on the call's device; a backend without a kernel of
+// its own runs this.
+Tensor convolution_by_parts(const OpCall& call);
 // g: the gradient of max_pool2d(x, w) -> the gradient of x.
 Tensor max_pool2d_backward(const Tensor& g, const Tensor& x, const Window2d& w);
 

@@ -409,18 +409,39 @@ void run_reduce(const OpCall& call, Tensor& out) {
     for (int64_t d = 0; d < lead; ++d) outer *= a.sizes()[d];
     const int64_t inner = n / outer;
     Acc* o = acc.data();
+    // Each output is one thread's chain, in the walk's order: threads split the
+    // outputs, never a sum.
     if (leading) {  // out[j] = sum_i in[i, j]
-      for (int64_t i = 0; i < outer; ++i) {
-        const T* row = in + i * inner;
-        for (int64_t j = 0; j < inner; ++j) o[j] += static_cast<Acc>(row[j]);
-      }
+      cpu::parallel_for(inner, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(outer, 1)),
+                        [&](int64_t j0, int64_t j1) {
+                          for (int64_t i = 0; i < outer; ++i) {
+                            const T* row = in + i * inner;
+                            for (int64_t j = j0; j < j1; ++j) o[j] += static_cast<Acc>(row[j]);
+                          }
+                        });
     } else {  // out[i] = sum_j in[i, j]
-      for (int64_t i = 0; i < outer; ++i) {
-        const T* row = in + i * inner;
-        Acc s = 0;
-        for (int64_t j = 0; j < inner; ++j) s += static_cast<Acc>(row[j]);
-        o[i] = s;
-      }
+      cpu::parallel_for(outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(inner, 1)),
+                        [&](int64_t i0, int64_t i1) {
+                          int64_t i = i0;
+                          // Four rows at once: four independent chains in flight.
+                          for (; i + 4 <= i1; i += 4) {
+                            const T* r0 = in + i * inner;
+                            Acc s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+                            for (int64_t j = 0; j < inner; ++j) {
+                              s0 += static_cast<Acc>(r0[j]);
+                              s1 += static_cast<Acc>(r0[inner + j]);
+                              s2 += static_cast<Acc>(r0[2 * inner + j]);
+                              s3 += static_cast<Acc>(r0[3 * inner + j]);
+                            }
+                            o[i] = s0, o[i + 1] = s1, o[i + 2] = s2, o[i + 3] = s3;
+                          }
+                          for (; i < i1; ++i) {
+                            const T* row = in + i * inner;
+                            Acc s = 0;
+                            for (int64_t j = 0; j < inner; ++j) s += static_cast<Acc>(row[j]);
+                            o[i] = s;
+                          }
+                        });
     }
   } else if (n > 0) {
     // Walk the input in index order.
@@ -736,9 +757,13 @@ class CpuBackend final : public Backend {
       const scalar_t* a = reinterpret_cast<const scalar_t*>(in[1].ptr);
       const scalar_t* b = reinterpret_cast<const scalar_t*>(in[2].ptr);
       if (const int mask = scalar_mask(in, sh); mask >= 0 && n > 0) {
+        // The condition read as bytes (a bool is 0 or 1): GCC vectorises a
+        // select on a byte, not on a bool load, and the branchy scalar loop
+        // mispredicts on every other element of a random mask (a ReLU's).
+        const uint8_t* cb = reinterpret_cast<const uint8_t*>(c);
         with_mask<3>(mask, [&]<int M>() {
-          flat_loop<M, scalar_t>(o, n, std::tuple{c, a, b},
-                                 [](bool ci, scalar_t ai, scalar_t bi) { return ci ? ai : bi; });
+          flat_loop<M, scalar_t>(o, n, std::tuple{cb, a, b},
+                                 [](uint8_t ci, scalar_t ai, scalar_t bi) { return ci ? ai : bi; });
         });
         return;
       }

@@ -1,4 +1,5 @@
-// The window prims on the CPU: im2col, col2im, max_pool2d and its gradient.
+// The window prims on the CPU: im2col, col2im, max_pool2d and its gradient
+// (the convolution prims are tensor/cpu_convolution.cpp).
 // Each works plane by plane (one (n, c) image channel at a time), the planes
 // split over threads; every output element is written by one thread, in one
 // fixed order, so results do not depend on the number of threads.
@@ -6,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include <volt/tensor/conv.h>
 
@@ -122,6 +124,31 @@ inline int64_t window_argmax(const T* xp, const Geometry& g, int64_t oh, int64_t
   return best;
 }
 
+// window_argmax's rule for a 2x2 window (a, b over c, d): the maximum and its
+// position (0..3).  Without NaNs (one test, almost never taken) the strict
+// comparisons run as max and conditional moves: a random image mispredicts
+// every other branch of the plain rule.
+template <class T>
+inline T max4(T a, T b, T c, T d, int* at_out) {
+  if (((a != a) | (b != b) | (c != c) | (d != d))) {  // the first NaN is the maximum
+    const T v[4] = {a, b, c, d};
+    int q = 0;
+    while (v[q] == v[q]) ++q;
+    *at_out = q;
+    return v[q];
+  }
+  int at = 0;
+  T m = a;
+  at += int(b > m) * (1 - at);
+  m = std::max(m, b);
+  at += int(c > m) * (2 - at);
+  m = std::max(m, c);
+  at += int(d > m) * (3 - at);
+  m = std::max(m, d);
+  *at_out = at;
+  return m;
+}
+
 // x (N, C, H, W) -> y (N, C, OH, OW)
 template <class T>
 void max_pool_kernel(const T* x, T* y, const Geometry& g) {
@@ -138,10 +165,8 @@ void max_pool_kernel(const T* x, T* y, const Geometry& g) {
         const T* r0 = xp + 2 * oh * g.w;
         const T* r1 = r0 + g.w;
         for (int64_t ow = 0; ow < g.ow; ++ow) {
-          T m = r0[2 * ow];
-          for (T v : {r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]})
-            if (v > m || std::isnan(v)) m = std::isnan(m) ? m : v;
-          yp[oh * g.ow + ow] = m;
+          int at;
+          yp[oh * g.ow + ow] = max4(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1], &at);
         }
         continue;
       }
@@ -153,15 +178,49 @@ void max_pool_kernel(const T* x, T* y, const Geometry& g) {
   }
 }
 
+// keep ? v : +0, by masking v's bits (no branch to mispredict).
+template <class T>
+inline T keep_if(T v, bool keep) {
+  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  U bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  bits &= U(0) - U(keep);
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
 // gy (N, C, OH, OW), x (N, C, H, W) -> gx (N, C, H, W)
 template <class T>
 void max_pool_backward_kernel(const T* gy, const T* x, T* gx, const Geometry& g) {
   const int64_t planes = g.n * g.c;
+  const Window2d& k = g.win;
+  const bool plain2 = k.kernel[0] == 2 && k.kernel[1] == 2 && k.stride[0] == 2 && k.stride[1] == 2 &&
+                      k.padding[0] == 0 && k.padding[1] == 0 && k.dilation[0] == 1 && k.dilation[1] == 1;
 #pragma omp parallel for schedule(static) if (planes * g.h * g.w > (1 << 15))
   for (int64_t p = 0; p < planes; ++p) {
     const T* xp = x + p * g.h * g.w;
     const T* gp = gy + p * g.oh * g.ow;
     T* op = gx + p * g.h * g.w;
+    if (plain2) {  // the common 2x2 pool: windows apart, every element written once
+      if (g.h != 2 * g.oh || g.w != 2 * g.ow) std::fill(op, op + g.h * g.w, T(0));  // odd edges
+      for (int64_t oh = 0; oh < g.oh; ++oh) {
+        const T* r0 = xp + 2 * oh * g.w;
+        const T* r1 = r0 + g.w;
+        T* o0 = op + 2 * oh * g.w;
+        T* o1 = o0 + g.w;
+        for (int64_t ow = 0; ow < g.ow; ++ow) {
+          const int64_t c = 2 * ow;
+          int at;
+          (void)max4(r0[c], r0[c + 1], r1[c], r1[c + 1], &at);
+          const T gv = T(0) + gp[oh * g.ow + ow];  // as 0 + g: a -0 gradient gives +0
+          o0[c] = keep_if(gv, at == 0);
+          o0[c + 1] = keep_if(gv, at == 1);
+          o1[c] = keep_if(gv, at == 2);
+          o1[c + 1] = keep_if(gv, at == 3);
+        }
+      }
+      continue;
+    }
     std::fill(op, op + g.h * g.w, T(0));
     for (int64_t oh = 0; oh < g.oh; ++oh)
       for (int64_t ow = 0; ow < g.ow; ++ow) {
@@ -205,9 +264,14 @@ void run_typed(const OpCall& call, Tensor& out) {
 
 }  // namespace
 
+void cpu_convolution(const OpCall& call, Tensor& out);  // cpu_convolution.cpp
+
 // Runs a window prim whose output is allocated (cpu_backend.cpp calls it).
 void cpu_window(const OpCall& call, Tensor& out) {
   NoGradGuard no_grad;
+  if (call.op == OpId::convolution || call.op == OpId::convolution_grad_input ||
+      call.op == OpId::convolution_grad_weight)
+    return cpu_convolution(call, out);
   if (out.dtype() == DType::f64) run_typed<double>(call, out);
   else run_typed<float>(call, out);
 }

@@ -22,7 +22,7 @@ enum class OpKind : uint8_t {
   Pad,        // zero padding along one dim (the gradient of narrow)
   Reduce,     // sum, amax, amin, argmax, argmin over dims
   Matmul,     // matmul, linear
-  Window,     // im2col, col2im, max_pool2d and its gradient (tensor/conv.h)
+  Window,     // im2col, col2im, max_pool2d, convolution and their gradients (tensor/conv.h)
   Composite,  // written as a composition of other ops
   Custom,     // registered at run time (tensor/custom_op.h), told apart by Attrs::custom
 };
@@ -77,6 +77,9 @@ enum class OpKind : uint8_t {
   X(col2im, Window, )                             \
   X(max_pool2d, Window, )                         \
   X(max_pool2d_backward, Window, )                \
+  X(convolution, Window, )                        \
+  X(convolution_grad_input, Window, )             \
+  X(convolution_grad_weight, Window, )            \
   X(relu, Composite, )                            \
   X(dropout, Composite, )                         \
   X(mean, Composite, )                            \

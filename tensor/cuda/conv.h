@@ -2,7 +2,8 @@
 // hand-written kernel sources compiled by NVRTC, one thread per output
 // element.  col2im and max_pool2d_backward gather rather than scatter (no
 // atomics), summing in the CPU kernels' order, so results equal the CPU's.
-// conv2d's matmul runs on cuBLAS (tensor/cuda/matmul.cpp).
+// The convolution prims run in parts (convolution_by_parts, tensor/conv.h):
+// these kernels and cuBLAS's matmul (tensor/cuda/matmul.cpp).
 #pragma once
 #include <string>
 

@@ -68,6 +68,32 @@ TEST_CASE("cuda: im2col, col2im, max_pool2d and its gradient equal the CPU's (st
     }
 }
 
+TEST_CASE("cuda: the convolution prims (with bias, with the ReLU, and their gradients) equal the CPU's") {
+  if (!cuda::is_available()) {
+    MESSAGE("skipped: no CUDA GPU or driver on this machine");
+    return;
+  }
+  const Window2d windows[] = {{{3, 3}, {1, 1}, {0, 0}, {1, 1}}, {{3, 2}, {2, 1}, {1, 1}, {1, 2}}};
+  uint32_t seed = 70;
+  for (DType t : {DType::f32, DType::f64})
+    for (const Window2d& w : windows) {
+      INFO(dtype_name(t) << " kernel " << w.kernel[0] << "x" << w.kernel[1] << " stride " << w.stride[0]);
+      const double tol = t == DType::f32 ? 1e-4 : 1e-11;
+      Tensor x = volt::testing::sample({3, 4, 9, 8}, t, seed++);
+      Tensor wt = volt::testing::sample({5, 4, w.kernel[0], w.kernel[1]}, t, seed++);
+      Tensor b = volt::testing::sample({5}, t, seed++);
+      for (bool relu : {false, true}) {
+        Tensor y = convolution(x, wt, b, w, relu);
+        CHECK(max_abs_diff(convolution(x.to(kGpu), wt.to(kGpu), b.to(kGpu), w, relu).to(kCPU), y) < tol);
+      }
+      Tensor gy = volt::testing::sample(convolution(x, wt, b, w).sizes(), t, seed++);
+      CHECK(max_abs_diff(convolution_grad_input(gy.to(kGpu), wt.to(kGpu), w, 9, 8).to(kCPU),
+                         convolution_grad_input(gy, wt, w, 9, 8)) < tol);
+      CHECK(max_abs_diff(convolution_grad_weight(gy.to(kGpu), x.to(kGpu), w).to(kCPU),
+                         convolution_grad_weight(gy, x, w)) < tol);
+    }
+}
+
 TEST_CASE("cuda: the tutorial's CNN trains on the GPU as on the CPU (3 Adadelta steps)") {
   if (!cuda::is_available()) {
     MESSAGE("skipped: no CUDA GPU or driver on this machine");

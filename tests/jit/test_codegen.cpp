@@ -169,3 +169,41 @@ TEST_CASE("codegen: every elementwise prim in a fused kernel gives the eager ker
     }
   }
 }
+
+TEST_CASE("codegen: a generated dropout kernel draws eager's mask at any length and counter offset (f32, f64)") {
+  // Lengths around the vector widths (a remainder past the last full vector)
+  // and past the bound where the kernel also splits over threads; the draw
+  // starts at an odd counter offset.  Reference: element i is kept when
+  // philox_uniform(seed, offset, i) < 1 - p, the rule the eager op follows.
+  const double p = 0.3;
+  auto drop = [p](const std::vector<Tensor>& v) { return std::vector<Tensor>{volt::dropout(mul(v[0], 2.0), p, true)}; };
+  for (DType d : {DType::f32, DType::f64})
+    for (int64_t n : {int64_t(1), int64_t(7), int64_t(1003), int64_t(70001)}) {
+      INFO(dtype_name(d) << ", " << n << " elements");
+      Tensor x = Tensor::ones({n}, d);
+      manual_seed(11);
+      Tensor::rand({5});  // the draw under test starts at counter 5
+      const PhiloxState st = rng_state();
+      REQUIRE(st.offset == 5);
+      Tensor want = volt::dropout(mul(x, 2.0), p, true);
+      set_rng_state(st);
+      auto jf = jit::jit(drop, {"x"});
+      Tensor got = jf(x);
+      REQUIRE(jit::compile_stats(jf).fusions == 1);
+      REQUIRE(static_cast<bool>(jit::last_kernels(jf).at(0)->fn));
+      CHECK(rng_state().offset == st.offset + uint64_t(n));
+      const std::vector<double> g = got.to(DType::f64).to_vector<double>(), w = want.to(DType::f64).to_vector<double>();
+      const double kept = d == DType::f32 ? double(float(2.0) * float(1.0 / (1.0 - p))) : 2.0 / (1.0 - p);
+      int64_t mismatches = 0, eager_mismatches = 0, kept_count = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const bool keep = d == DType::f32 ? philox_uniform(st.seed, st.offset, uint64_t(i)) < float(1.0 - p)
+                                          : philox_uniform_f64(st.seed, st.offset, uint64_t(i)) < 1.0 - p;
+        kept_count += keep;
+        mismatches += (g[size_t(i)] != 0.0) != keep || g[size_t(i)] != w[size_t(i)];
+        eager_mismatches += (w[size_t(i)] != 0.0) != keep || (keep && std::abs(w[size_t(i)] - kept) > 1e-6 * kept);
+      }
+      CHECK(mismatches == 0);
+      CHECK(eager_mismatches == 0);
+      if (n > 1000) CHECK(std::abs(double(kept_count) / double(n) - (1.0 - p)) < 0.05);
+    }
+}
