@@ -49,7 +49,7 @@ std::vector<Tensor> CpuFusionExecutor::run_fusion(const BoundSymbol& f, const st
     ptrs.push_back(outs.back().raw_data());
   }
   long long n = static_cast<long long>(f.subsymbols.front().outputs.front().numel());
-  f.kernel->fn(n, ptrs.data(), rng.seed, rng.offset + f.kernel->rng_base);
+  run_host_kernel(*f.kernel, n, ptrs.data(), rng.seed, rng.offset + f.kernel->rng_base);
   return outs;
 }
 

@@ -232,7 +232,7 @@ std::vector<Tensor> MemoryPlan::run(const Trace& trace, const std::vector<Tensor
           ptrs.push_back(out.raw_data());
         }
         const long long n = static_cast<long long>(s.b.subsymbols.front().outputs.front().numel());
-        s.b.kernel->fn(n, ptrs.data(), rng.seed, rng.offset + s.b.kernel->rng_base);
+        run_host_kernel(*s.b.kernel, n, ptrs.data(), rng.seed, rng.offset + s.b.kernel->rng_base);
         break;
       }
       case Impl::Kind::Prim:
