@@ -21,6 +21,15 @@ bool isa_supported(Isa isa);  // by this CPU (and its operating system)
 Isa isa();                    // the set in use
 void set_isa(Isa isa);        // throws volt::Error if this CPU lacks it
 
+// A hook a kernel calls on each block of C it has finished (after the whole sum
+// over k, the column bias and the ReLU): rows [i0, i0 + rows), columns
+// [j0, j0 + cols) of the C it was given, c pointing at element (i0, j0).
+template <class T>
+struct BlockHook {
+  void (*fn)(void* ctx, T* c, int64_t ldc, int64_t i0, int64_t j0, int64_t rows, int64_t cols) = nullptr;
+  void* ctx = nullptr;
+};
+
 template <class T>
 struct GemmKernels {
   // The packed tile: C[0:rows, 0:cols] (= or +=) Ap Bp over kc, for one panel of
@@ -29,10 +38,12 @@ struct GemmKernels {
   int mr, nr;
   void (*packed_tile)(const T* ap, const T* bp, int64_t kc, T* c, int64_t ldc, int rows, int cols,
                       bool accumulate, const T* bias, bool relu);
-  // C (m, n) row-major = A (m, k) B (k, n) (+ bias) (relu) without packing, for
-  // few rows or a short k; false when the layout does not suit (then pack).
+  // C (m, n; row stride ldc) = A (m, k) B (k, n) (+ bias) (relu) without
+  // packing, for few rows or a short k; false when the layout does not suit
+  // (then pack).  Calls done.fn (when set) once on each finished block of C;
+  // the blocks are disjoint and cover C.
   bool (*skinny)(const T* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const T* b, int64_t n,
-                 int64_t brs, int64_t bcs, T* c, const T* bias, bool relu);
+                 int64_t brs, int64_t bcs, T* c, int64_t ldc, const T* bias, bool relu, const BlockHook<T>& done);
   // One panel of R rows of X (rows contiguous, row stride rs; `live` of them
   // real, the rest zeros), k-major: dst[kk R + r] = x[r rs + kk] for kk < kc.
   // A transposition: vector shuffles where the set has them.
@@ -44,6 +55,40 @@ struct GemmKernels {
 
 const GemmKernels<float>& gemm_kernels_f32();   // of isa()
 const GemmKernels<double>& gemm_kernels_f64();
+
+// ---- the GEMM with its store ----
+// What happens to each element of C after the sum over k, in this order: + the
+// bias, max(., 0), then the epilogue.
+//
+// The epilogue is applied once to every finished block of C -- after the whole
+// sum over k, the bias and the ReLU -- while the block is still in cache.  The
+// block is rows [i0, i0 + rows) and columns [j0, j0 + cols) of C; c points at
+// its element (i0, j0); ldc is C's row stride.  Blocks are disjoint and cover C
+// exactly once; different threads may run it at the same time on different
+// blocks, so it must only touch its own block (and data indexed by it).
+template <class T>
+struct BasicGemmEpilogue {
+  void (*fn)(void* ctx, T* c, int64_t ldc, int64_t i0, int64_t j0, int64_t rows, int64_t cols) = nullptr;
+  void* ctx = nullptr;
+};
+template <class T>
+struct BasicGemmStore {
+  const T* bias = nullptr;    // bias[j] per column of C, or bias[i] per row when bias_per_row
+  bool bias_per_row = false;  // (a conv's NCHW output: one bias per output channel = row)
+  bool relu = false;
+  BasicGemmEpilogue<T> epilogue;  // after bias and ReLU
+};
+using GemmEpilogue = BasicGemmEpilogue<float>;
+using GemmStore = BasicGemmStore<float>;
+
+// C (m, n; row stride ldc >= n) = A (m, k; element strides ars, acs) B (k, n;
+// brs, bcs), then the store.  C must not overlap A or B.  The same bits as the
+// plain product followed by the same elementwise work, at any thread count and
+// on every instruction set.
+void gemm_f32(const float* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const float* b, int64_t n,
+              int64_t brs, int64_t bcs, float* c, int64_t ldc, const GemmStore& store = {});
+void gemm_f64(const double* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const double* b, int64_t n,
+              int64_t brs, int64_t bcs, double* c, int64_t ldc, const BasicGemmStore<double>& store = {});
 
 }  // namespace volt::cpu
 

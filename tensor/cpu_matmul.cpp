@@ -15,9 +15,23 @@ namespace volt {
 namespace {
 
 template <class T>
-T epilogue_value(T acc, const T* bias, int64_t j, bool relu) {
-  const T v = bias ? acc + bias[j] : acc;
+T store_value(T acc, T bias, bool relu) {
+  const T v = acc + bias;
   return relu ? (v > T(0) ? v : T(0)) : v;
+}
+
+// What the kernels do not do themselves, on each finished block of C: a bias
+// per row (+ the ReLU after it), then the caller's epilogue.
+template <class T>
+void finish_block(void* ctx, T* c, int64_t ldc, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
+  const auto& st = *static_cast<const cpu::BasicGemmStore<T>*>(ctx);
+  if (st.bias_per_row && st.bias)
+    for (int64_t r = 0; r < rows; ++r) {
+      T* cr = c + r * ldc;
+      const T bi = st.bias[i0 + r];
+      for (int64_t j = 0; j < cols; ++j) cr[j] = store_value(cr[j], bi, st.relu);
+    }
+  if (st.epilogue.fn) st.epilogue.fn(st.epilogue.ctx, c, ldc, i0, j0, rows, cols);
 }
 
 template <class T>
@@ -61,10 +75,12 @@ void pack_panel(const cpu::GemmKernels<T>& ker, const T* x, int64_t rows, int64_
 }
 
 // C (m, n), row stride ldc, = A B (+ bias) (relu) for a block small enough that
-// its panels are a few MB (see packed_matmul).
+// its panels are a few MB (see packed_matmul); then done on each work item's
+// block of C, told its place (i_base + i, j_base + j) in the whole product.
 template <class T>
 void packed_block(const cpu::GemmKernels<T>& ker, const T* a, int64_t m, int64_t k, int64_t ars, int64_t acs,
-                  const T* b, int64_t n, int64_t brs, int64_t bcs, T* c, int64_t ldc, const T* bias, bool relu) {
+                  const T* b, int64_t n, int64_t brs, int64_t bcs, T* c, int64_t ldc, const T* bias, bool relu,
+                  const cpu::BlockHook<T>& done, int64_t i_base, int64_t j_base) {
   const int MR = ker.mr, NR = ker.nr;
   const int64_t mp = (m + MR - 1) / MR, np = (n + NR - 1) / NR;
   const int64_t blocks = (k + kPackDepth - 1) / kPackDepth, kc_max = (k + blocks - 1) / blocks;
@@ -105,6 +121,11 @@ void packed_block(const cpu::GemmKernels<T>& ker, const T* a, int64_t m, int64_t
           ker.packed_tile(ap + iq * MR * kc, bp + jq * NR * kc, kc, c + i * ldc + j, ldc, rows, cols, accumulate,
                           bias_now ? bias_now + j : nullptr, relu_now);
         }
+      if (last && done.fn) {
+        const int64_t i = i0 * MR, j = j0 * NR;
+        done.fn(done.ctx, c + i * ldc + j, ldc, i_base + i, j_base + j, std::min(m, (i0 + tr) * MR) - i,
+                std::min(n, (j0 + tc) * NR) - j);
+      }
     };
     if (threads > 1) {
       cpu::parallel_tasks(mp + np, pack);
@@ -123,26 +144,40 @@ constexpr int64_t kPackChunk = 4096;
 
 template <class T>
 void packed_matmul(const cpu::GemmKernels<T>& ker, const T* a, int64_t m, int64_t k, int64_t ars, int64_t acs,
-                   const T* b, int64_t n, int64_t brs, int64_t bcs, T* c, const T* bias, bool relu) {
+                   const T* b, int64_t n, int64_t brs, int64_t bcs, T* c, int64_t ldc, const T* bias, bool relu,
+                   const cpu::BlockHook<T>& done) {
   for (int64_t j = 0; j < n; j += kPackChunk)
     for (int64_t i = 0; i < m; i += kPackChunk)
       packed_block<T>(ker, a + i * ars, std::min(kPackChunk, m - i), k, ars, acs, b + j * bcs,
-                      std::min(kPackChunk, n - j), brs, bcs, c + i * n + j, n, bias ? bias + j : nullptr, relu);
+                      std::min(kPackChunk, n - j), brs, bcs, c + i * ldc + j, ldc, bias ? bias + j : nullptr, relu,
+                      done, i, j);
 }
 
-// C (m, n) row-major = A (m, k) B (k, n) (+ bias (n)) (then max(., 0) if relu),
-// A and B with any strides.
+// C (m, n; row stride ldc) = A (m, k) B (k, n), A and B with any strides, then
+// the store (cpu_gemm.h).  The kernels add a bias per column and apply the ReLU
+// as they store each tile; a bias per row and the epilogue are finish_block's,
+// on each block of C a kernel has finished.
 template <class T>
 void matmul_2d(const T* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const T* b, int64_t n, int64_t brs,
-               int64_t bcs, T* out, const T* bias = nullptr, bool relu = false) {
+               int64_t bcs, T* out, int64_t ldc, const cpu::BasicGemmStore<T>& store = {}) {
+  if (m == 0 || n == 0) return;
   const cpu::GemmKernels<T>& ker = kernels<T>();
+  const bool row_bias = store.bias_per_row && store.bias;
+  const T* col_bias = row_bias ? nullptr : store.bias;
+  const bool relu = store.relu && !row_bias;  // after a row bias: finish_block's
+  cpu::BlockHook<T> done;
+  if (row_bias || store.epilogue.fn) {
+    done.fn = finish_block<T>;
+    done.ctx = const_cast<cpu::BasicGemmStore<T>*>(&store);
+  }
   if (k == 0) {
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) out[i * n + j] = epilogue_value(T(0), bias, j, relu);
+      for (int64_t j = 0; j < n; ++j) out[i * ldc + j] = store_value(T(0), col_bias ? col_bias[j] : T(0), relu);
+    if (done.fn) done.fn(done.ctx, out, ldc, 0, 0, m, n);
     return;
   }
-  if (ker.skinny(a, m, k, ars, acs, b, n, brs, bcs, out, bias, relu)) return;
-  packed_matmul<T>(ker, a, m, k, ars, acs, b, n, brs, bcs, out, bias, relu);
+  if (ker.skinny(a, m, k, ars, acs, b, n, brs, bcs, out, ldc, col_bias, relu, done)) return;
+  packed_matmul<T>(ker, a, m, k, ars, acs, b, n, brs, bcs, out, ldc, col_bias, relu, done);
 }
 
 template <class T>
@@ -172,7 +207,7 @@ void matmul_typed(const Tensor& a0, const Tensor& b0, Tensor& out) {
       ob += idx * b.strides()[d];
     }
     matmul_2d<T>(pa + oa, m, k, a.stride(-2), a.stride(-1), pb + ob, n, b.stride(-2), b.stride(-1),
-                 o + i * m * n);
+                 o + i * m * n, n);
   }
 }
 
@@ -183,12 +218,30 @@ void linear_typed(const Tensor& x0, const Tensor& w, const Tensor* bias, Tensor&
   T* o = static_cast<T*>(out.raw_data());
   Tensor b = bias ? bias->contiguous() : Tensor();
   // out = x @ w^T + bias: w^T has strides (w.stride(1), w.stride(0)).
+  cpu::BasicGemmStore<T> store;
+  store.bias = bias ? static_cast<const T*>(b.raw_data()) : nullptr;
+  store.relu = relu;
   matmul_2d<T>(static_cast<const T*>(x.raw_data()), m, k, x.stride(0), x.stride(1),
-               static_cast<const T*>(w.raw_data()), n, w.stride(1), w.stride(0), o,
-               bias ? static_cast<const T*>(b.raw_data()) : nullptr, relu);
+               static_cast<const T*>(w.raw_data()), n, w.stride(1), w.stride(0), o, n, store);
 }
 
 }  // namespace
+
+namespace cpu {
+
+void gemm_f32(const float* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const float* b, int64_t n,
+              int64_t brs, int64_t bcs, float* c, int64_t ldc, const GemmStore& store) {
+  VOLT_CHECK(m >= 0 && k >= 0 && n >= 0 && ldc >= n, "gemm_f32", "expects sizes >= 0 and a row stride ldc >= n");
+  matmul_2d<float>(a, m, k, ars, acs, b, n, brs, bcs, c, ldc, store);
+}
+
+void gemm_f64(const double* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const double* b, int64_t n,
+              int64_t brs, int64_t bcs, double* c, int64_t ldc, const BasicGemmStore<double>& store) {
+  VOLT_CHECK(m >= 0 && k >= 0 && n >= 0 && ldc >= n, "gemm_f64", "expects sizes >= 0 and a row stride ldc >= n");
+  matmul_2d<double>(a, m, k, ars, acs, b, n, brs, bcs, c, ldc, store);
+}
+
+}  // namespace cpu
 
 void cpu_matmul(const Tensor& a, const Tensor& b, Tensor& out) {
   if (a.dtype() == DType::f64) matmul_typed<double>(a, b, out);
