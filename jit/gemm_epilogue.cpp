@@ -68,24 +68,10 @@ BoundSymbol region_of(const BoundSymbol& whole, std::vector<BoundSymbol> prims, 
 // Below this many elements the product is not split (it stays in cache).
 constexpr int64_t kWholeProduct = 1 << 15;
 // Rows of a weight gradient made and updated together: a multiple of every
-// GEMM kernel's tile height, and more than its small-m limit.
+// GEMM kernel's tile height, and more than its small-m limit (16).
 constexpr int64_t kRowChunk = 48;
-
-struct Block {
-  const FusedKernel* kernel;
-  void* const* args;
-  unsigned long long seed, offset;
-};
-
-// Each row of a finished block of the product is a range of the kernel's
-// elements (the product is contiguous: element (i, j) is i ldc + j).
-void update_block(void* ctx, float*, int64_t ldc, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
-  const Block& b = *static_cast<const Block*>(ctx);
-  for (int64_t r = 0; r < rows; ++r) {
-    const long long begin = (i0 + r) * ldc + j0;
-    b.kernel->fn(begin, begin + cols, b.args, b.seed, b.offset);
-  }
-}
+// The deepest product (k: the batch, for a weight gradient) made in chunks.
+constexpr int64_t kChunkDepth = 64;
 
 }  // namespace
 
@@ -110,27 +96,27 @@ void run_gemm_epilogue(const BoundSymbol& region, const Tensor& a, const Tensor&
     run_host_kernel(kernel, m * n, args, rng_seed, rng_offset);
     return;
   }
-  // A weight gradient at a small batch (a rank-k update, k <= 16): chunks of
-  // rows, each made by a GEMM of its own and updated at once while it is in
-  // the thread's cache, every range of the kernel a whole run of rows.  (Each
-  // element is the same sum over k in the same order as in one GEMM.)
-  const bool dots = acs == 1 && brs == 1 && bcs >= k;  // the GEMM's other small-m kernel
-  if (k <= 16 && !dots) {
-    const int64_t chunks = (m + kRowChunk - 1) / kRowChunk;
+  // A weight gradient at a small batch (a short k): chunks of rows, each made
+  // by a GEMM of its own and updated at once while it is in the thread's
+  // cache, every range of the kernel a whole run of rows.  Every chunk has
+  // more rows than the GEMM's small-m limit, so each element is the same sum
+  // over k, in the same order, as in one GEMM of all rows.
+  const bool dots = acs == 1 && brs == 1 && bcs >= k;  // a layout the GEMM may take by dot products
+  if (k <= kChunkDepth && !dots) {
+    const int64_t chunks = m / kRowChunk;  // the last one takes the rest too
     cpu::parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
-        const int64_t i0 = c * kRowChunk, rows = std::min(kRowChunk, m - i0);
+        const int64_t i0 = c * kRowChunk, rows = c + 1 == chunks ? m - i0 : kRowChunk;
         cpu::gemm_f32(pa + i0 * ars, rows, k, ars, acs, pb, n, brs, bcs, product + i0 * n, n);
         kernel.fn(i0 * n, (i0 + rows) * n, args, rng_seed, rng_offset);
       }
     });
     return;
   }
-  // Else the GEMM's own blocks (cpu_gemm.h), each updated as it is finished.
-  Block block{&kernel, args, rng_seed, rng_offset};
-  cpu::GemmStore store;
-  store.epilogue = {&update_block, &block};
-  cpu::gemm_f32(pa, m, k, ars, acs, pb, n, brs, bcs, product, n, store);
+  // A deep product (a large batch): each chunk would pack B again, which
+  // measured slower than the two passes; so those.
+  cpu::gemm_f32(pa, m, k, ars, acs, pb, n, brs, bcs, product, n);
+  run_host_kernel(kernel, m * n, args, rng_seed, rng_offset);
 }
 
 Trace gemm_epilogue_pass(const Trace& t) {

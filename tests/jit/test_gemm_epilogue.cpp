@@ -23,8 +23,9 @@ using volt::testing::max_abs_diff;
 namespace {
 
 // A 300 -> 200 -> 5 MLP: the first weight's gradient (200 x 300) is large
-// enough to be made in chunks of rows (batch 8: a rank-8 update) or by the
-// GEMM's own blocks (batch 32); the second's (5 x 200) is made whole.
+// enough to be made in chunks of rows (batch 8 and 32; the last chunk takes
+// the 8 rows left over) or, deeper (batch 80), whole; the second's (5 x 200)
+// is always made whole.
 struct Run {
   std::shared_ptr<nn::MLP> net;
   std::unique_ptr<nn::Adam> opt;
@@ -86,7 +87,7 @@ double loss_diff(const Run& a, const Run& b) {
 }  // namespace
 
 TEST_CASE("gemm epilogue: Adam in the weight gradient's GEMM equals eager, and the unfused step bit for bit") {
-  for (int64_t batch : {8, 32}) {
+  for (int64_t batch : {8, 32, 80}) {
     CAPTURE(batch);
     const Run eager = train(batch, 12, nullptr);
     jit::StepOptions fused_options, plain_options, unplanned_options;
@@ -96,8 +97,12 @@ TEST_CASE("gemm epilogue: Adam in the weight gradient's GEMM equals eager, and t
     const Run fused = train(batch, 12, &fused_options, &step);
     const Run plain = train(batch, 12, &plain_options);
     const Run unplanned = train(batch, 12, &unplanned_options);
-    CHECK(loss_diff(fused, eager) < 1e-6);
-    CHECK(param_diff(fused, eager) < 1e-6);
+    // Against eager (at batch 80 the unfused step's own reductions already
+    // round differently from eager's, by ~1e-5 after 12 Adam steps).
+    const double tolerance = batch <= 32 ? 1e-6 : 1e-4;
+    CHECK(loss_diff(fused, eager) < tolerance);
+    CHECK(param_diff(fused, eager) < tolerance);
+    CHECK(param_diff(plain, eager) < tolerance);
     // The same kernels on the same products: not a bit apart, with or without the plan.
     CHECK(loss_diff(fused, plain) == 0);
     CHECK(param_diff(fused, plain) == 0);
