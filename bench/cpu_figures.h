@@ -26,6 +26,12 @@ double fma_peak_gflops(int threads);
 // fraction of `peak_gflops`, with the current thread count.
 std::vector<Figure> gemm_shapes(int64_t batch, double peak_gflops);
 
+// One hidden layer of the seed model (784 -> 784, dropout 0.1) at `batch`:
+// linear -> ReLU -> dropout as nn::functional::linear_relu_dropout (one GEMM
+// with the bias, the ReLU and the mask in its store) against the chain of
+// eager ops, forward + backward and forward alone, timed in turns; microseconds.
+Figure fused_linear_layer(int64_t batch);
+
 // Runs `cell` (it returns steps/s) with 1 and 2 threads while `busy` processes
 // spin on the CPU, and without them; one figure per thread count.
 std::vector<Figure> busy_machine(const std::string& what, int busy, const std::function<double()>& cell);

@@ -807,6 +807,10 @@ void add_cpu_figures(const Options& o, std::vector<Metric>& metrics) {
     metrics.push_back({"fma_peak", {{"threads", double(threads)}, {"gflops", peak}}, "all threads at once"});
   for (int64_t batch : o.batches)
     for (auto& f : bench_cpu::gemm_shapes(batch, peak)) metrics.push_back({f.name, f.values, f.note});
+  for (int64_t batch : o.batches) {
+    const bench_cpu::Figure f = bench_cpu::fused_linear_layer(batch);
+    metrics.push_back({f.name, f.values, f.note});
+  }
 }
 
 // --model cnn: the CPU training step of the tutorial's CNN, and LibTorch's when built.

@@ -18,6 +18,12 @@ inline Tensor relu(const Tensor& x) { return volt::relu(x); }
 inline Tensor dropout(const Tensor& x, double p = 0.5, bool training = true) {
   return volt::dropout(x, p, training);
 }
+// dropout(relu(linear(x, weight, bias)), p, training) as one op: in eager mode on
+// the CPU the bias, the ReLU and the dropout mask are applied in the GEMM's store
+// (the same draws as `dropout`, so the same bits for the same generator state);
+// anywhere else it runs that chain.  x: (*, in), weight: (out, in) -> (*, out)
+Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), double p = 0.5,
+                           bool training = true);
 inline Tensor log_softmax(const Tensor& x, int64_t dim) { return volt::log_softmax(x, dim); }
 // logits: (N, C), target: (N) class indices -> () mean over N by default;
 // options as PyTorch's (reduction, ignore_index, label_smoothing: tensor/cross_entropy.h)

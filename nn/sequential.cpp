@@ -1,6 +1,11 @@
 #include <volt/nn/sequential.h>
 
 #include <string>
+#include <typeinfo>
+
+#include <volt/nn/activation.h>
+#include <volt/nn/functional.h>
+#include <volt/nn/linear.h>
 
 namespace volt::nn {
 
@@ -17,9 +22,35 @@ std::shared_ptr<Module> Sequential::operator[](size_t i) const {
   return named_children()[i].second;
 }
 
+namespace {
+
+template <class M>
+const M* exactly(const std::shared_ptr<Module>& m) {
+  return m && typeid(*m) == typeid(M) ? static_cast<const M*>(m.get()) : nullptr;
+}
+
+}  // namespace
+
+// In eager mode a Linear followed by a ReLU (and a Dropout) runs as one
+// linear_relu_dropout: the same values and draws as the three layers, the
+// bias, ReLU and mask applied in the GEMM's store.  Only layers of exactly
+// these classes (a subclass may have its own forward); under a tracer each
+// layer runs by itself, as written.
 Tensor Sequential::forward(const Tensor& x) {
+  const auto& layers = named_children();
+  const bool eager = current_mode() == nullptr;
   Tensor y = x;
-  for (const auto& [name, layer] : named_children()) y = layer->forward(y);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Linear* lin = eager ? exactly<Linear>(layers[i].second) : nullptr;
+    if (lin && i + 1 < layers.size() && exactly<ReLU>(layers[i + 1].second)) {
+      const Dropout* drop = i + 2 < layers.size() ? exactly<Dropout>(layers[i + 2].second) : nullptr;
+      y = functional::linear_relu_dropout(y, lin->weight(), lin->bias(), drop ? drop->p() : 0.0,
+                                          drop && drop->is_training());
+      i += drop ? 2 : 1;
+      continue;
+    }
+    y = layers[i].second->forward(y);
+  }
   return y;
 }
 

@@ -94,9 +94,23 @@ void gemm_f64(const double* a, int64_t m, int64_t k, int64_t ars, int64_t acs, c
 
 namespace volt {
 class Tensor;
+struct PhiloxState;
 // out = max(x W^T + bias, 0) on the CPU in one pass: the bias and the ReLU are
 // applied as each tile of the product is stored.  x (*, in), w (out, in), bias
 // (out) or null, out contiguous (*, out), all f32 or all f64.  Bit for bit what
 // relu(linear(x, w, bias)) gives.
 void cpu_linear_relu(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
+// out = dropout(max(x W^T + bias, 0), p) in one pass (tensor/cpu_linear_dropout.cpp):
+// the mask drawn in the GEMM's epilogue from the Philox draw `rng` (its seed,
+// and the first of out.numel() counters), exactly as the eager dropout op
+// draws it; p = 0 draws nothing.  Bit for bit what dropout(relu(linear(x, w,
+// bias)), p) gives eagerly with the generator at `rng`.  Arguments as
+// cpu_linear_relu's, p in [0, 1].
+void cpu_linear_relu_dropout(const Tensor& x, const Tensor& w, const Tensor* bias, double p, PhiloxState rng,
+                             Tensor& out);
+// Its gradient before the GEMMs: out = g / (1 - p) where y > 0, else 0 (g where
+// y > 0 when p = 0) -- y > 0 exactly where an element was kept and its input
+// to the ReLU positive, so the chain's dropout and relu gradients, bit for bit.
+// y (its output), g and out contiguous, of one size and dtype (f32 or f64).
+void cpu_relu_dropout_backward(const Tensor& y, const Tensor& g, double p, Tensor& out);
 }  // namespace volt
