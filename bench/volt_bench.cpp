@@ -935,7 +935,7 @@ int main(int argc, char** argv) {
     if (o.epoch)
       for (int64_t batch : o.batches)
         for (const auto& mode : o.modes)
-          if (mode == "eager" || mode == "jit") {
+          if (mode == "eager" || mode == "jit" || mode == "step") {
             auto f = bench_cpu::mnist_epoch(o.data_dir, mode, batch);
             metrics.push_back({f.name, f.values, f.note});
           }

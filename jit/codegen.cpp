@@ -8,6 +8,7 @@
 
 #include <volt/jit/kernel_cache.h>
 #include <volt/philox_source.h>
+#include <volt/tensor/cpu_threads.h>
 #include <volt/tensor/identifiers.h>
 
 namespace volt::jit {
@@ -110,10 +111,10 @@ using std::exp; using std::log; using std::sqrt; using std::tanh; using std::pow
 #define VOLT_HD
 #define VOLT_PASTE2(a, b) a##b
 #define VOLT_PASTE(a, b) VOLT_PASTE2(a, b)
-#define VOLT_KERNEL(name) extern "C" void VOLT_PASTE(name, VOLT_KEY)(long long n, void* const* args, \
-    unsigned long long rng_seed, unsigned long long rng_offset)
+#define VOLT_KERNEL(name) extern "C" void VOLT_PASTE(name, VOLT_KEY)(long long volt_begin, long long n, \
+    void* const* args, unsigned long long rng_seed, unsigned long long rng_offset)
 #define VOLT_LOOP(i, n) (void)rng_seed; (void)rng_offset; \
-    _Pragma("omp parallel for simd if (parallel: n > 65536)") for (long long i = 0; i < n; ++i)
+    _Pragma("omp simd") for (long long i = volt_begin; i < n; ++i)
 )volt";
 
 // CUDA definitions of the same: one thread per element, grid-stride; the
@@ -139,6 +140,12 @@ struct volt_args {
 )volt";
 
 }  // namespace
+
+void run_host_kernel(const FusedKernel& kernel, long long n, void* const* args, unsigned long long rng_seed,
+                     unsigned long long rng_offset) {
+  // Below 64 Ki elements a second thread costs more than it saves.
+  cpu::parallel_for(n, 32768, [&](int64_t begin, int64_t end) { kernel.fn(begin, end, args, rng_seed, rng_offset); });
+}
 
 std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& f, const ProxyNames& names) {
   VOLT_CHECK(!f.subsymbols.empty(), f.fusion_name, "a fusion region without prims");

@@ -5,7 +5,7 @@
 //   VOLT_KERNEL(volt_fused_1f2e...) {          // a host function / a __global__ one
 //     const float* in_v0 = (const float*)args[0];
 //     float* out_v3 = (float*)args[1];
-//     VOLT_LOOP(i, n) {                        // an OpenMP loop / a grid-stride loop
+//     VOLT_LOOP(i, n) {                        // a range of a host loop / a grid-stride loop
 //       const float v0 = in_v0[i];
 //       const bool v1 = (bool)(((float)v0) > ((float)0.0));
 //       ...
@@ -30,7 +30,11 @@
 
 namespace volt::jit {
 
-using KernelFn = void (*)(long long n, void* const* args, unsigned long long rng_seed,
+// A host kernel computes elements [begin, end) of its region; run_host_kernel
+// splits a region over volt's CPU threads (tensor/cpu_threads.h), the same
+// threads the GEMMs run on.  Element i draws Philox counter i whichever
+// thread computes it, so the split never changes a result.
+using KernelFn = void (*)(long long begin, long long end, void* const* args, unsigned long long rng_seed,
                           unsigned long long rng_offset);
 
 // The most pointers (inputs and outputs) one kernel takes; the CUDA argument
@@ -48,6 +52,10 @@ struct FusedKernel {
   KernelFn fn = nullptr;   // CPU: the loaded function
   void* device_fn = nullptr;  // CUDA: the loaded kernel (cudaKernel_t)
 };
+
+// Runs a loaded host kernel over its n elements.
+void run_host_kernel(const FusedKernel& kernel, long long n, void* const* args, unsigned long long rng_seed,
+                     unsigned long long rng_offset);
 
 // Generates the kernel of a fusion region (fusion_inputs, subsymbols, outputs).
 std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& region, const ProxyNames& names);

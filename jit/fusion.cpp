@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <volt/jit/gemm_epilogue.h>
 #include <volt/jit/kernel_cache.h>
 #include <volt/jit/passes.h>
 
@@ -38,7 +39,15 @@ std::vector<Tensor> CpuFusionExecutor::run_fusion(const BoundSymbol& f, const st
                                                   const PhiloxState& rng) const {
   std::vector<Tensor> keep;
   std::vector<void*> ptrs;
-  for (const Tensor& in : inputs) {
+  // A GEMM epilogue region (jit/gemm_epilogue.h): its kernel reads the product first.
+  const bool gemm = is_gemm_epilogue(f);
+  Tensor product;
+  if (gemm) {
+    product = Tensor::empty(f.subsymbols.front().outputs.front().sizes(), DType::f32, kCPU);
+    ptrs.push_back(product.raw_data());
+  }
+  for (size_t i = gemm ? 2 : 0; i < inputs.size(); ++i) {
+    const Tensor& in = inputs[i];
     VOLT_CHECK(in.device().is_cpu(), f.fusion_name, "expected CPU tensors, got " << in.meta_str());
     keep.push_back(in.is_contiguous() ? in : in.contiguous());
     ptrs.push_back(keep.back().raw_data());
@@ -48,8 +57,13 @@ std::vector<Tensor> CpuFusionExecutor::run_fusion(const BoundSymbol& f, const st
     outs.push_back(Tensor::empty(o.sizes(), o.dtype(), o.device()));
     ptrs.push_back(outs.back().raw_data());
   }
+  if (gemm) {
+    run_gemm_epilogue(f, inputs.at(0), inputs.at(1), product.data_ptr<float>(), ptrs.data(), rng.seed,
+                      rng.offset + f.kernel->rng_base);
+    return outs;
+  }
   long long n = static_cast<long long>(f.subsymbols.front().outputs.front().numel());
-  f.kernel->fn(n, ptrs.data(), rng.seed, rng.offset + f.kernel->rng_base);
+  run_host_kernel(*f.kernel, n, ptrs.data(), rng.seed, rng.offset + f.kernel->rng_base);
   return outs;
 }
 

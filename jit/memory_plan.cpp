@@ -6,6 +6,7 @@
 
 #include <volt/jit/executor.h>
 #include <volt/jit/fusion.h>
+#include <volt/jit/gemm_epilogue.h>
 #include <volt/tensor/backend.h>
 #include <volt/tensor/random.h>
 
@@ -33,6 +34,8 @@ struct MemoryPlan::Impl {
     std::vector<Tensor> scratch;          // Fusion: a contiguous copy per input, when needed
     std::vector<int> donate_to;           // Fusion: per output, the state index it writes, or -1
     std::vector<Tensor> fresh;            // Prim, Fusion: per output allocated anew each run, its metadata
+    bool gemm = false;                    // Fusion: a GEMM epilogue region (its first two args: the matmul's)
+    Tensor product;                       // ... and where the GEMM writes its product
   };
   std::vector<Step> steps;
   std::vector<int64_t> inputs, outputs;
@@ -72,6 +75,7 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
   for (const BoundSymbol& b : t.bsyms) {
     if (b.is_fusion() && b.kernel && b.kernel->fn) {  // a host kernel: run into the plan's buffers
       add(Impl::Kind::Fusion, b);
+      P.steps.back().gemm = is_gemm_epilogue(b);
     } else if (b.executor && b.executor != &eager_executor()) {
       if (!b.is_fusion() || b.kernel) {
         add(Impl::Kind::Other, b);
@@ -170,9 +174,12 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
       size_t to = last.count(s.outs[j]) ? last[s.outs[j]] : i;
       buffers.push_back({aligned_bytes(m), i, to, 0, m, &s, static_cast<int>(j), -1});
     }
+    if (s.kind == Impl::Kind::Fusion && s.gemm)  // the product: in cache while the step runs, free after it
+      buffers.push_back({aligned_bytes(s.b.subsymbols.front().outputs.front()), i, i, 0,
+                         s.b.subsymbols.front().outputs.front(), &s, -1, -2});
     if (s.kind == Impl::Kind::Fusion) {
       s.scratch.resize(s.args.size());
-      for (size_t a = 0; a < s.args.size(); ++a) {
+      for (size_t a = s.gemm ? 2 : 0; a < s.args.size(); ++a) {
         const int64_t id = s.args[a];
         const bool maybe_strided = root.count(id) || std::find(P.inputs.begin() + static_cast<std::ptrdiff_t>(num_state),
                                                                P.inputs.end(), id) != P.inputs.end();
@@ -210,6 +217,7 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
                               static_cast<int64_t>(B.offset / dtype_size(B.like.dtype())), B.like.dtype(),
                               B.like.device());
     if (B.out >= 0) B.step->out_buffers[static_cast<size_t>(B.out)] = view;
+    else if (B.scratch == -2) B.step->product = view;
     else B.step->scratch[static_cast<size_t>(B.scratch)] = view;
   }
 }
@@ -227,7 +235,8 @@ std::vector<Tensor> MemoryPlan::run(const Trace& trace, const std::vector<Tensor
     switch (s.kind) {
       case Impl::Kind::Fusion: {
         ptrs.clear();
-        for (size_t a = 0; a < s.args.size(); ++a) {
+        if (s.gemm) ptrs.push_back(s.product.raw_data());
+        for (size_t a = s.gemm ? 2 : 0; a < s.args.size(); ++a) {
           const Tensor& in = v[static_cast<size_t>(s.args[a])];
           if (in.is_contiguous() || a >= s.scratch.size() || !s.scratch[a].defined()) {
             VOLT_CHECK(in.is_contiguous(), s.b.fusion_name, "an input is not contiguous (" << in.meta_str() << ")");
@@ -244,8 +253,13 @@ std::vector<Tensor> MemoryPlan::run(const Trace& trace, const std::vector<Tensor
                                        : s.out_buffers[j];
           ptrs.push_back(out.raw_data());
         }
+        if (s.gemm) {
+          run_gemm_epilogue(s.b, v[static_cast<size_t>(s.args[0])], v[static_cast<size_t>(s.args[1])],
+                            s.product.data_ptr<float>(), ptrs.data(), rng.seed, rng.offset + s.b.kernel->rng_base);
+          break;
+        }
         const long long n = static_cast<long long>(s.b.subsymbols.front().outputs.front().numel());
-        s.b.kernel->fn(n, ptrs.data(), rng.seed, rng.offset + s.b.kernel->rng_base);
+        run_host_kernel(*s.b.kernel, n, ptrs.data(), rng.seed, rng.offset + s.b.kernel->rng_base);
         break;
       }
       case Impl::Kind::Prim:

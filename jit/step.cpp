@@ -10,6 +10,7 @@
 #include <volt/jit/collectives.h>
 #include <volt/jit/check.h>
 #include <volt/jit/fusion.h>
+#include <volt/jit/gemm_epilogue.h>
 #include <volt/jit/memory_plan.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/report.h>
@@ -160,11 +161,14 @@ std::shared_ptr<CompiledStep::Entry> CompiledStep::compile(const std::vector<Ten
   e->traces.push_back(forward_copies_pass(e->traces.back()));
   e->traces.push_back(dce_cse_pass(e->traces.back()));
   e->traces.push_back(claim_pass(e->traces.back(), *e->names, executors_));
-  Trace fused = fusion_pass(e->traces.back());
+  e->traces.push_back(fusion_pass(e->traces.back()));
+  // The optimizer's update in the store of each weight gradient's GEMM (CPU).
+  Trace fused = options_.gemm_epilogues ? gemm_epilogue_pass(e->traces.back()) : e->traces.back();
   auto c0 = Clock::now();
   compile_fusions(fused);
   fused.millis += ms_since(c0);
-  e->traces.push_back(std::move(fused));
+  if (options_.gemm_epilogues) e->traces.push_back(std::move(fused));
+  else e->traces.back() = std::move(fused);
   e->traces.push_back(place_collectives_pass(e->traces.back()));
   e->traces.push_back(del_last_used_pass(e->traces.back()));
   prepare(e->traces.back());
@@ -299,7 +303,9 @@ std::string CompiledStep::last_trace_str() const {
   // One section per bound symbol, by the first value it makes.
   std::vector<const char*> label;
   for (const BoundSymbol& b : t.bsyms) {
-    const std::vector<BoundSymbol> parts = !b.is_fusion() ? std::vector<BoundSymbol>{b} : b.subsymbols;
+    std::vector<BoundSymbol> parts = !b.is_fusion() ? std::vector<BoundSymbol>{b} : b.subsymbols;
+    // A GEMM with the update in its store belongs with the update.
+    if (is_gemm_epilogue(b)) parts.erase(parts.begin());
     StepSection s = StepSection::Forward;
     bool found = false;
     for (const BoundSymbol& p : parts) {

@@ -73,6 +73,9 @@ struct StepOptions {
   bool reuse_outputs = false;
   // Run the program through its memory plan (else prim by prim, allocating).
   bool memory_plan = true;
+  // On the CPU, apply the optimizer's update of a weight in the store of the
+  // GEMM making its gradient (jit/gemm_epilogue.h).
+  bool gemm_epilogues = true;
   // On a GPU, replay the step as a CUDA graph from its second call on.
   bool cuda_graph = true;
   JitOptions jit{};

@@ -14,11 +14,10 @@
 // on which thread ran a task: the callers' tasks write disjoint outputs.
 //
 // By default the same task claiming runs on OpenMP's threads (one set of
-// threads shared with code that still uses OpenMP directly: the jit's
-// generated kernels and Adam), at the cost of OpenMP's spinning waits;
-// VOLT_CPU_POOL=volt runs it on volt's own workers described above, which
-// measured faster for eager mode and slower for the jit with 2 threads here,
-// as long as Adam and the generated kernels stay on OpenMP.
+// threads shared with code that still uses OpenMP directly: the convolution
+// loops and Adadelta), at the cost of OpenMP's spinning waits;
+// VOLT_CPU_POOL=volt runs it on volt's own workers described above.  Adam's
+// update and the jit's generated kernels run through parallel_for.
 //
 // The thread count is VOLT_NUM_THREADS, else OMP_NUM_THREADS, else the cores
 // this process may run on; set_num_threads changes it (and OpenMP's, for the

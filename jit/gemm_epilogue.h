@@ -1,0 +1,50 @@
+// The weight gradient's GEMM with the optimizer's update in its store.
+//
+// In a compiled training step the gradient of a weight is a matmul whose one
+// reader is the optimizer's fused update (Adam: the new moments and the new
+// weight, element by element).  This pass moves that part of the update
+// region into a region of its own that begins with the matmul:
+//
+//   (t140, t144, t150) = cpuFusion27(t123, x, s10, s11, t137, t136, _0_weight)
+//     t124 = volt.matmul(t123, x)
+//     t139 = prims.sub(t124, s10)
+//     ...
+//
+// Its kernel is the update's kernel (the code generator's, the gradient an
+// input like any other).  At a small batch (the GEMM's depth k up to 64) the
+// region runs in chunks of 48 rows over volt's threads: each chunk of the
+// gradient is made by cpu::gemm_f32 and at once updated by the kernel while
+// it is still in the thread's cache, so the gradient is never read back from
+// memory.  (Applying the kernel in the GEMM's own tile epilogue measured
+// slower here: its blocks are 8 to 96 rows of 16 to 128 columns, too short a
+// run for a kernel streaming seven arrays.)  A deeper product is made whole,
+// then updated.  The update is the same code on the same values, and each
+// element of the product the same sum in the same order: the same bits as the
+// unfused step.
+//
+// Applies to CPU fusion regions only, to a 2-D f32 matmul whose product has
+// the region's shape and is read by nothing else; the rest of a region (the
+// updates of parameters with no such GEMM) stays a region of its own.  The
+// input gradient's GEMM followed by the ReLU's and dropout's backward is such
+// a pair too.
+#pragma once
+#include <vector>
+
+#include <volt/jit/codegen.h>
+#include <volt/jit/trace.h>
+
+namespace volt::jit {
+
+Trace gemm_epilogue_pass(const Trace& t);
+
+// A fusion region that begins with the matmul its kernel is applied to.
+bool is_gemm_epilogue(const BoundSymbol& b);
+
+// Runs such a region: C = a b into `product` (contiguous, the matmul's shape),
+// then the region's kernel over it, chunk by chunk where that pays.  `args` are the
+// kernel's pointers: the product first, then the region's other inputs, then
+// its outputs.
+void run_gemm_epilogue(const BoundSymbol& region, const Tensor& a, const Tensor& b, float* product,
+                       void* const* args, unsigned long long rng_seed, unsigned long long rng_offset);
+
+}  // namespace volt::jit
