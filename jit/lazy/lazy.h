@@ -90,7 +90,10 @@ bool async();  // the mode as it applies now (Auto resolved)
 // holds it, no pending node outside the graph reads it, no other tensor
 // shares its memory), as a compiled step updates its state in place.  On by
 // default; VOLT_LAZY_MEMORY_PLAN=0|1 at start-up sets it.  The metric
-// Plan.donated counts the new values written in place.
+// Plan.donated counts the new values written in place.  A plan's arena (the
+// peak of its graph's intermediates) lives as long as the compiled graph stays
+// in the cache: a program making many different step graphs bounds that
+// memory with set_cache_size, or turns plans off.
 void set_memory_plan(bool on);
 bool memory_plan();
 

@@ -72,8 +72,11 @@ void run_graph(std::vector<ValuePtr> values, Reason why) {
   const bool async = async_now() && s.backend.is_cpu() && (why == Reason::MarkStep || why == Reason::SizeLimit);
 
   // A mark_step graph on the CPU runs from a memory plan (plan.cpp) and may
-  // write roots into the buffers of leaves nothing else holds.
-  const bool planned = s.memory_plan && e->plans && s.backend.is_cpu();
+  // write roots into the buffers of leaves nothing else holds.  Other graphs
+  // (a value needed now) are interpreted: they seldom repeat, and a plan keeps
+  // its arena as long as the graph is cached.
+  const bool planned = s.memory_plan && e->plans && s.backend.is_cpu() &&
+                       (why == Reason::MarkStep || why == Reason::SizeLimit);
   std::vector<int> donate = planned ? dead_leaves(g, *e, why) : std::vector<int>();
   std::vector<bool> donated_leaf(g.leaves.size(), false);
   for (int l : donate)
