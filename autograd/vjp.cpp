@@ -43,7 +43,9 @@ bool is_differentiable(OpId op) {
   }
 }
 
-std::vector<Tensor> vjp(const OpCall& c, const Tensor& g) {
+std::vector<Tensor> vjp(const OpCall& c, const Tensor& g) { return vjp(c, g, {}); }
+
+std::vector<Tensor> vjp(const OpCall& c, const Tensor& g, const std::vector<Tensor>& outputs) {
   const Attrs& at = c.attrs;
   switch (c.op) {
     // ---- unary: d/da ----
@@ -168,9 +170,12 @@ std::vector<Tensor> vjp(const OpCall& c, const Tensor& g) {
       const Tensor& x = arg(c, 0);
       const Tensor& wt = arg(c, 1);
       const Tensor bias = c.args.size() == 3 ? arg(c, 2) : Tensor();
-      // With the ReLU fused in, its mask is the output's sign: recomputed, as
-      // the rule sees only the inputs (conv2d_relu fuses only without grad).
-      const Tensor gy = at.flag ? where(gt(convolution(x, wt, bias, w, true), 0.0), g, 0.0) : g;
+      // With the ReLU fused in, its mask is the output's sign: read from the
+      // output where the caller has it (the jit), else recomputed (eager
+      // mode's conv2d_relu fuses only without grad, so rarely).
+      const Tensor y = !at.flag ? Tensor() : !outputs.empty() && outputs[0].defined() ? outputs[0]
+                                                                                      : convolution(x, wt, bias, w, true);
+      const Tensor gy = at.flag ? where(gt(y, 0.0), g, 0.0) : g;
       std::vector<Tensor> r{convolution_grad_input(gy, wt, w, x.size(2), x.size(3)), convolution_grad_weight(gy, x, w)};
       // The bias: over each image's plane (contiguous), then over the batch.
       if (c.args.size() == 3) r.push_back(sum(sum(gy, {2, 3}), {0}));

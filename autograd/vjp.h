@@ -11,6 +11,10 @@ namespace volt::autograd {
 // Gradients w.r.t. each argument of `call` (undefined for scalars and
 // non-differentiable arguments), given the gradient `g` of its output.
 std::vector<Tensor> vjp(const OpCall& call, const Tensor& g);
+// The same, where the rule may read the call's `outputs` (the jit's grad pass
+// saves them): a convolution with its ReLU fused takes the mask from its
+// output's sign instead of running the forward again.
+std::vector<Tensor> vjp(const OpCall& call, const Tensor& g, const std::vector<Tensor>& outputs);
 
 // Whether the prim has a derivative at all (comparisons, argmax, uniform do not).
 bool is_differentiable(OpId op);

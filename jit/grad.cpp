@@ -203,7 +203,7 @@ GradTraces grad_pass(const Trace& fwd, ProxyNames& names, const std::vector<bool
           if (!b.call.args[i].is_tensor && autograd::reads_saved_value(b.call, i, wanted))
             reads.read.push_back(b.call.args[i].scalar);
         reads.first = names.size();
-        in_grads = autograd::vjp(b.call, gs[0]);
+        in_grads = autograd::vjp(b.call, gs[0], b.outputs);
         reads.last = names.size();
         if (!reads.read.empty()) scalar_reads.push_back(std::move(reads));
       }

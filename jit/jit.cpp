@@ -13,6 +13,7 @@
 #include <volt/jit/fusion.h>
 #include <volt/jit/grad.h>
 #include <volt/jit/kernel_cache.h>
+#include <volt/jit/conv_relu.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/pipeline.h>
 #include <volt/jit/report.h>
@@ -139,6 +140,7 @@ std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tenso
   e->guards = tr.trace.guards;
   e->traces.push_back(tr.trace);
   e->traces.push_back(dce_cse_pass(e->traces.back()));
+  conv_relu_pass(e->traces);  // before the grad pass: its VJP reads the output
   e->num_outputs = e->traces.back().outputs.size();
   const size_t n_captured = captured_.size();
 

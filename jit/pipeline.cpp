@@ -1,6 +1,7 @@
 #include <volt/jit/pipeline.h>
 
 #include <volt/jit/check.h>
+#include <volt/jit/conv_relu.h>
 #include <volt/jit/del_last_used.h>
 #include <volt/jit/fusion.h>
 #include <volt/jit/passes.h>
@@ -9,6 +10,7 @@
 namespace volt::jit {
 
 void compile_pipeline(std::vector<Trace>& list, ProxyNames& names, const std::vector<Executor*>& executors) {
+  conv_relu_pass(list);
   list.push_back(claim_pass(list.back(), names, executors));
   Trace fused = fusion_pass(list.back());
   auto c0 = Clock::now();

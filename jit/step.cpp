@@ -12,6 +12,7 @@
 #include <volt/jit/fusion.h>
 #include <volt/jit/gemm_epilogue.h>
 #include <volt/jit/memory_plan.h>
+#include <volt/jit/conv_relu.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/report.h>
 #include <volt/jit/step_trace.h>
@@ -160,6 +161,7 @@ std::shared_ptr<CompiledStep::Entry> CompiledStep::compile(const std::vector<Ten
   e->traces.push_back(std::move(tr.trace));
   e->traces.push_back(forward_copies_pass(e->traces.back()));
   e->traces.push_back(dce_cse_pass(e->traces.back()));
+  conv_relu_pass(e->traces);
   e->traces.push_back(claim_pass(e->traces.back(), *e->names, executors_));
   e->traces.push_back(fusion_pass(e->traces.back()));
   // The optimizer's update in the store of each weight gradient's GEMM (CPU).

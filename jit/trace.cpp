@@ -96,6 +96,7 @@ std::string call_str(const ProxyNames& names, const OpCall& c, bool prim_prefix,
            << "), padding=(" << at.ints[4] << ", " << at.ints[5] << "), dilation=(" << at.ints[6] << ", "
            << at.ints[7] << ")";
         if (at.ints.size() >= 10) os << ", output_size=(" << at.ints[8] << ", " << at.ints[9] << ")";
+        if (c.op == OpId::convolution && at.flag) os << ", relu=True";
       }
       break;
     case OpKind::Composite:
