@@ -37,14 +37,18 @@ namespace volt::jit {
 
 Trace gemm_epilogue_pass(const Trace& t);
 
-// A fusion region that begins with the matmul its kernel is applied to.
+// A fusion region that begins with the matmul or linear its kernel is applied to.
 bool is_gemm_epilogue(const BoundSymbol& b);
+// How many of its inputs are that product's operands (they come first): a
+// matmul's two, a linear's two or three (x, the weight, the bias).
+size_t gemm_operands(const BoundSymbol& region);
 
-// Runs such a region: C = a b into `product` (contiguous, the matmul's shape),
-// then the region's kernel over it, chunk by chunk where that pays.  `args` are the
-// kernel's pointers: the product first, then the region's other inputs, then
-// its outputs.
-void run_gemm_epilogue(const BoundSymbol& region, const Tensor& a, const Tensor& b, float* product,
-                       void* const* args, unsigned long long rng_seed, unsigned long long rng_offset);
+// Runs such a region: the product of `operands` (a b, or x W^T + bias) into
+// `product` (contiguous, the product's shape), then the region's kernel over
+// it, chunk by chunk or block by block in the GEMM's store where that pays.
+// `args` are the kernel's pointers: the product first, then the region's
+// inputs after the operands, then its outputs.
+void run_gemm_epilogue(const BoundSymbol& region, const Tensor* operands, float* product, void* const* args,
+                       unsigned long long rng_seed, unsigned long long rng_offset);
 
 }  // namespace volt::jit
