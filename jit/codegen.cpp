@@ -77,13 +77,16 @@ std::string render(const BoundSymbol& f, const std::string& kernel_name,
     os << "  " << dtype_c_type(o.dtype()) << "* out_" << name(o) << " = (" << dtype_c_type(o.dtype()) << "*)args["
        << k++ << "];\n";
   os << "  VOLT_LOOP(i, n) {\n";
+  // A boolean held in the loop is an int (0 or 1): GCC leaves a loop with a
+  // `bool` local unvectorised ("no vectype"), Philox draws and all.
+  auto local = [](DType t) { return t == DType::b8 ? std::string("int") : std::string(dtype_c_type(t)); };
   for (const Tensor& in : f.fusion_inputs)
-    os << "    const " << dtype_c_type(in.dtype()) << " " << name(in) << " = in_" << name(in) << "["
+    os << "    const " << local(in.dtype()) << " " << name(in) << " = in_" << name(in) << "["
        << index_expr(in.sizes(), shape) << "];\n";
   for (const BoundSymbol& p : f.subsymbols) {
     const Tensor& out = p.outputs[0];
     const std::string rt = dtype_c_type(out.dtype());
-    os << "    const " << rt << " " << name(out) << " = (" << rt << ")"
+    os << "    const " << local(out.dtype()) << " " << name(out) << " = (" << rt << ")"
        << prim_expr(p.call, out.dtype(), name, rng_shift) << ";\n";
   }
   for (const Tensor& o : f.outputs) os << "    out_" << name(o) << "[i] = " << name(o) << ";\n";
