@@ -69,17 +69,19 @@ std::string render(const BoundSymbol& f, const std::string& kernel_name,
   const Shape& shape = f.subsymbols.front().outputs.front().sizes();
   std::ostringstream os;
   os << "VOLT_KERNEL(" << kernel_name << ") {\n";
+  // Booleans are read and written as bytes (0 or 1) and held in the loop as
+  // ints: GCC leaves a loop that loads, holds or stores a `bool` unvectorised
+  // ("no vectype"), Philox draws and all.
+  auto memory = [](DType t) { return t == DType::b8 ? std::string("unsigned char") : std::string(dtype_c_type(t)); };
+  auto local = [](DType t) { return t == DType::b8 ? std::string("int") : std::string(dtype_c_type(t)); };
   size_t k = 0;
   for (const Tensor& in : f.fusion_inputs)
-    os << "  const " << dtype_c_type(in.dtype()) << "* in_" << name(in) << " = (const " << dtype_c_type(in.dtype())
+    os << "  const " << memory(in.dtype()) << "* in_" << name(in) << " = (const " << memory(in.dtype())
        << "*)args[" << k++ << "];\n";
   for (const Tensor& o : f.outputs)
-    os << "  " << dtype_c_type(o.dtype()) << "* out_" << name(o) << " = (" << dtype_c_type(o.dtype()) << "*)args["
+    os << "  " << memory(o.dtype()) << "* out_" << name(o) << " = (" << memory(o.dtype()) << "*)args["
        << k++ << "];\n";
   os << "  VOLT_LOOP(i, n) {\n";
-  // A boolean held in the loop is an int (0 or 1): GCC leaves a loop with a
-  // `bool` local unvectorised ("no vectype"), Philox draws and all.
-  auto local = [](DType t) { return t == DType::b8 ? std::string("int") : std::string(dtype_c_type(t)); };
   for (const Tensor& in : f.fusion_inputs)
     os << "    const " << local(in.dtype()) << " " << name(in) << " = in_" << name(in) << "["
        << index_expr(in.sizes(), shape) << "];\n";
