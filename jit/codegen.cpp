@@ -77,25 +77,26 @@ std::string render(const BoundSymbol& f, const std::string& kernel_name,
   const Shape& shape = f.subsymbols.front().outputs.front().sizes();
   std::ostringstream os;
   os << "VOLT_KERNEL(" << kernel_name << ") {\n";
+  // Booleans are read and written as bytes (0 or 1) and held in the loop as
+  // ints: GCC leaves a loop that loads, holds or stores a `bool` unvectorised
+  // ("no vectype"), Philox draws and all.
+  auto memory = [](DType t) { return t == DType::b8 ? std::string("unsigned char") : std::string(dtype_c_type(t)); };
+  auto local = [](DType t) { return t == DType::b8 ? std::string("int") : std::string(dtype_c_type(t)); };
   size_t k = 0;
-  // A bool input is read as its byte (0 or 1): compilers vectorise a select
-  // on a byte load, not on a bool load (whose scalar loop mispredicts on a
-  // ReLU's random mask).
-  auto in_type = [](const Tensor& in) { return in.dtype() == DType::b8 ? "unsigned char" : dtype_c_type(in.dtype()); };
   for (const Tensor& in : f.fusion_inputs)
-    os << "  const " << in_type(in) << "* in_" << name(in) << " = (const " << in_type(in) << "*)args[" << k++
-       << "];\n";
+    os << "  const " << memory(in.dtype()) << "* in_" << name(in) << " = (const " << memory(in.dtype())
+       << "*)args[" << k++ << "];\n";
   for (const Tensor& o : f.outputs)
-    os << "  " << dtype_c_type(o.dtype()) << "* out_" << name(o) << " = (" << dtype_c_type(o.dtype()) << "*)args["
+    os << "  " << memory(o.dtype()) << "* out_" << name(o) << " = (" << memory(o.dtype()) << "*)args["
        << k++ << "];\n";
   os << "  VOLT_LOOP(i, n) {\n";
   for (const Tensor& in : f.fusion_inputs)
-    os << "    const " << dtype_c_type(in.dtype()) << " " << name(in) << " = in_" << name(in) << "["
-       << index_expr(in.sizes(), shape) << "]" << (in.dtype() == DType::b8 ? " != 0" : "") << ";\n";
+    os << "    const " << local(in.dtype()) << " " << name(in) << " = in_" << name(in) << "["
+       << index_expr(in.sizes(), shape) << "];\n";
   for (const BoundSymbol& p : f.subsymbols) {
     const Tensor& out = p.outputs[0];
     const std::string rt = dtype_c_type(out.dtype());
-    os << "    const " << rt << " " << name(out) << " = (" << rt << ")"
+    os << "    const " << local(out.dtype()) << " " << name(out) << " = (" << rt << ")"
        << prim_expr(p.call, out.dtype(), name, rng_shift) << ";\n";
   }
   for (const Tensor& o : f.outputs) os << "    out_" << name(o) << "[i] = " << name(o) << ";\n";
@@ -103,9 +104,9 @@ std::string render(const BoundSymbol& f, const std::string& kernel_name,
   return os.str();
 }
 
-// Host-side definitions of the two macros.  The `if` names `parallel`: a bare
-// `if` on `parallel for simd` also turns the simd off below the bound, leaving
-// every loop of up to 65536 elements scalar.
+// Host-side definitions of the two macros.  A host kernel computes elements
+// [volt_begin, n); run_host_kernel splits a region over volt's threads, so
+// the loop itself is only vectorised (`omp simd`, no threads of its own).
 const char* kHostPrelude = R"volt(#include <cmath>
 using std::exp; using std::log; using std::sqrt; using std::tanh; using std::pow;
 #define VOLT_HD

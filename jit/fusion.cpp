@@ -46,7 +46,8 @@ std::vector<Tensor> CpuFusionExecutor::run_fusion(const BoundSymbol& f, const st
     product = Tensor::empty(f.subsymbols.front().outputs.front().sizes(), DType::f32, kCPU);
     ptrs.push_back(product.raw_data());
   }
-  for (size_t i = gemm ? 2 : 0; i < inputs.size(); ++i) {
+  const size_t operands = gemm ? gemm_operands(f) : 0;
+  for (size_t i = operands; i < inputs.size(); ++i) {
     const Tensor& in = inputs[i];
     VOLT_CHECK(in.device().is_cpu(), f.fusion_name, "expected CPU tensors, got " << in.meta_str());
     keep.push_back(in.is_contiguous() ? in : in.contiguous());
@@ -58,7 +59,8 @@ std::vector<Tensor> CpuFusionExecutor::run_fusion(const BoundSymbol& f, const st
     ptrs.push_back(outs.back().raw_data());
   }
   if (gemm) {
-    run_gemm_epilogue(f, inputs.at(0), inputs.at(1), product.data_ptr<float>(), ptrs.data(), rng.seed,
+    VOLT_CHECK(inputs.size() >= operands, f.fusion_name, "expects its product's " << operands << " operands first");
+    run_gemm_epilogue(f, inputs.data(), product.data_ptr<float>(), ptrs.data(), rng.seed,
                       rng.offset + f.kernel->rng_base);
     return outs;
   }

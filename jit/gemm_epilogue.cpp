@@ -15,14 +15,22 @@ namespace volt::jit {
 
 namespace {
 
-// The matmul a GEMM epilogue can take: two 2-D f32 CPU operands.
+// The product a GEMM epilogue can take: a matmul of two 2-D f32 CPU operands,
+// or a linear (x W^T + bias) of a 2-D input, a 2-D weight and a bias or none.
 bool plain_gemm(const BoundSymbol& b) {
-  if (b.is_fusion() || b.call.op != OpId::matmul || b.outputs.size() != 1) return false;
-  if (b.executor && b.executor != &eager_executor()) return false;  // another executor's matmul stays its own
+  if (b.is_fusion() || (b.call.op != OpId::matmul && b.call.op != OpId::linear) || b.outputs.size() != 1) return false;
+  if (b.executor && b.executor != &eager_executor()) return false;  // another executor's product stays its own
   const std::vector<Tensor> args = tensor_args(b);
-  if (args.size() != 2) return false;
+  const bool linear = b.call.op == OpId::linear;
+  if (args.size() != 2 && !(linear && args.size() == 3)) return false;
   for (const Tensor& t : {args[0], args[1], b.outputs[0]})
     if (t.dim() != 2 || t.dtype() != DType::f32 || !t.device().is_cpu()) return false;
+  if (linear && args.size() == 3) {
+    const Tensor& bias = args[2];
+    if (bias.dim() != 1 || bias.dtype() != DType::f32 || !bias.device().is_cpu() || bias.size(0) != args[1].size(0) ||
+        bias.stride(0) != 1)
+      return false;
+  }
   return true;
 }
 
@@ -79,20 +87,57 @@ bool is_gemm_epilogue(const BoundSymbol& b) {
   return b.is_fusion() && !b.subsymbols.empty() && plain_gemm(b.subsymbols.front());
 }
 
-void run_gemm_epilogue(const BoundSymbol& region, const Tensor& a, const Tensor& b, float* product,
-                       void* const* args, unsigned long long rng_seed, unsigned long long rng_offset) {
+size_t gemm_operands(const BoundSymbol& region) {
+  VOLT_CHECK(is_gemm_epilogue(region), region.fusion_name, "is not a GEMM epilogue region");
+  return tensor_args(region.subsymbols.front()).size();
+}
+
+namespace {
+
+// The kernel over each finished block of C, row by row (its elements are
+// counted row-major over the whole product, the Philox draws included).
+struct BlockKernel {
+  const FusedKernel* kernel;
+  void* const* args;
+  unsigned long long seed, offset;
+  int64_t n;
+};
+
+void kernel_on_block(void* ctx, float*, int64_t, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
+  const BlockKernel& k = *static_cast<const BlockKernel*>(ctx);
+  for (int64_t i = i0; i < i0 + rows; ++i) k.kernel->fn(i * k.n + j0, i * k.n + j0 + cols, k.args, k.seed, k.offset);
+}
+
+}  // namespace
+
+void run_gemm_epilogue(const BoundSymbol& region, const Tensor* operands, float* product, void* const* args,
+                       unsigned long long rng_seed, unsigned long long rng_offset) {
   VOLT_CHECK(region.kernel && region.kernel->fn, region.fusion_name, "its kernel is not compiled");
-  VOLT_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0) && a.dtype() == DType::f32 &&
-                 b.dtype() == DType::f32,
-             region.fusion_name, "expects two f32 matrices that multiply, got " << a.meta_str() << " and " << b.meta_str());
+  const bool linear = region.subsymbols.front().call.op == OpId::linear;
+  const Tensor& a = operands[0];
+  const Tensor& w = operands[1];
+  VOLT_CHECK(a.dim() == 2 && w.dim() == 2 && a.dtype() == DType::f32 && w.dtype() == DType::f32 &&
+                 a.size(1) == (linear ? w.size(1) : w.size(0)),
+             region.fusion_name,
+             "expects two f32 matrices that multiply" << (linear ? " (x W^T)" : "") << ", got " << a.meta_str()
+                                                      << " and " << w.meta_str());
+  cpu::GemmStore store;
+  if (linear && gemm_operands(region) == 3) {
+    const Tensor& bias = operands[2];
+    VOLT_CHECK(bias.dim() == 1 && bias.dtype() == DType::f32 && bias.size(0) == w.size(0) && bias.is_contiguous(),
+               region.fusion_name, "expects a contiguous f32 bias of " << w.size(0) << ", got " << bias.meta_str());
+    store.bias = bias.data_ptr<float>();
+  }
   const FusedKernel& kernel = *region.kernel;
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  const int64_t ars = a.stride(0), acs = a.stride(1), brs = b.stride(0), bcs = b.stride(1);
+  // B is the weight itself (matmul) or its transpose (linear's W^T).
+  const int64_t m = a.size(0), k = a.size(1), n = linear ? w.size(0) : w.size(1);
+  const int64_t ars = a.stride(0), acs = a.stride(1);
+  const int64_t brs = linear ? w.stride(1) : w.stride(0), bcs = linear ? w.stride(0) : w.stride(1);
   const float* pa = a.data_ptr<float>();
-  const float* pb = b.data_ptr<float>();
+  const float* pb = w.data_ptr<float>();
   // A small product stays in cache anyway: the GEMM, then the kernel over all of it.
   if (m * n <= kWholeProduct || m <= kRowChunk) {
-    cpu::gemm_f32(pa, m, k, ars, acs, pb, n, brs, bcs, product, n);
+    cpu::gemm_f32(pa, m, k, ars, acs, pb, n, brs, bcs, product, n, store);
     run_host_kernel(kernel, m * n, args, rng_seed, rng_offset);
     return;
   }
@@ -107,15 +152,25 @@ void run_gemm_epilogue(const BoundSymbol& region, const Tensor& a, const Tensor&
     cpu::parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
         const int64_t i0 = c * kRowChunk, rows = c + 1 == chunks ? m - i0 : kRowChunk;
-        cpu::gemm_f32(pa + i0 * ars, rows, k, ars, acs, pb, n, brs, bcs, product + i0 * n, n);
+        cpu::gemm_f32(pa + i0 * ars, rows, k, ars, acs, pb, n, brs, bcs, product + i0 * n, n, store);
         kernel.fn(i0 * n, (i0 + rows) * n, args, rng_seed, rng_offset);
       }
     });
     return;
   }
-  // A deep product (a large batch): each chunk would pack B again, which
-  // measured slower than the two passes; so those.
-  cpu::gemm_f32(pa, m, k, ars, acs, pb, n, brs, bcs, product, n);
+  // A layer's forward (a linear, deep and batched): the kernel in the GEMM's
+  // own store, on each block of the output as it is finished (the ReLU and
+  // dropout kernel touches three arrays, not the update's seven; measured no
+  // slower than the two passes, and often a few per cent faster).
+  BlockKernel on_block{&kernel, args, rng_seed, rng_offset, n};
+  if (linear) {
+    store.epilogue = {&kernel_on_block, &on_block};
+    cpu::gemm_f32(pa, m, k, ars, acs, pb, n, brs, bcs, product, n, store);
+    return;
+  }
+  // A deep weight gradient (a large batch): each chunk would pack B again,
+  // which measured slower than the two passes; so those.
+  cpu::gemm_f32(pa, m, k, ars, acs, pb, n, brs, bcs, product, n, store);
   run_host_kernel(kernel, m * n, args, rng_seed, rng_offset);
 }
 
@@ -161,13 +216,23 @@ Trace gemm_epilogue_pass(const Trace& t) {
     std::unordered_set<int> taken;
     for (auto& [c, ids] : products) {
       if (ids.size() != 1) continue;  // a part reading two products: left as it is
-      taken.insert(c);
       const BoundSymbol& gemm = t.bsyms[gemm_of[ids[0]]];
       std::vector<BoundSymbol> part;
       for (size_t k = 0; k < r.subsymbols.size(); ++k)
         if (comp[k] == c) part.push_back(r.subsymbols[k]);
+      // The region's inputs are the GEMM's operands, then the kernel's: a part
+      // that reads an operand too is left as it is.
+      std::unordered_set<int64_t> operands;
+      for (const Tensor& o : tensor_args(gemm)) operands.insert(id_of(o));
+      bool shares = false;
+      for (const BoundSymbol& p : part)
+        for (const Tensor& a : tensor_args(p)) shares = shares || operands.count(id_of(a)) > 0;
+      if (shares || operands.size() != tensor_args(gemm).size()) continue;
+      taken.insert(c);
       // The update alone (the product an input) gives the kernel.
-      BoundSymbol update = region_of(r, part, cpu_fusion_executor().prefix() + std::to_string(next));
+      // A region taken whole keeps its name; a part of one gets a new name.
+      const bool whole = part.size() == r.subsymbols.size();
+      BoundSymbol update = region_of(r, part, whole ? r.fusion_name : cpu_fusion_executor().prefix() + std::to_string(next));
       // The product is the kernel's first pointer (run_gemm_epilogue); the
       // others keep their order, which is also the order the region below reads them in.
       auto& ins = update.fusion_inputs;
@@ -180,7 +245,7 @@ Trace gemm_epilogue_pass(const Trace& t) {
       part.insert(part.begin(), m);
       BoundSymbol e = region_of(r, std::move(part), update.fusion_name);
       e.kernel = std::move(kernel);
-      ++next;
+      if (!whole) ++next;
       moved.insert(gemm_of[ids[0]]);
       out.push_back(std::move(e));
     }

@@ -1,4 +1,6 @@
-// The weight gradient's GEMM with the optimizer's update in its store.
+// A GEMM with the elementwise work that follows it in its store: the weight
+// gradient's with the optimizer's update, a layer's linear with its bias,
+// ReLU and dropout mask.
 //
 // In a compiled training step the gradient of a weight is a matmul whose one
 // reader is the optimizer's fused update (Adam: the new moments and the new
@@ -18,12 +20,31 @@
 // memory.  (Applying the kernel in the GEMM's own tile epilogue measured
 // slower here: its blocks are 8 to 96 rows of 16 to 128 columns, too short a
 // run for a kernel streaming seven arrays.)  A deeper product is made whole,
-// then updated.  The update is the same code on the same values, and each
-// element of the product the same sum in the same order: the same bits as the
-// unfused step.
+// then updated.
 //
-// Applies to CPU fusion regions only, to a 2-D f32 matmul whose product has
-// the region's shape and is read by nothing else; the rest of a region (the
+// A layer's forward is such a pair too: `linear` (its bias added in the
+// GEMM's store) read only by the ReLU-and-dropout region, which becomes
+//
+//   (t1, t5, t7) = cpuFusion0(x, _0_weight, _0_bias)
+//     t0 = volt.linear(x, _0_weight, _0_bias)
+//     t1 = prims.gt(t0, 0.0)
+//     ...
+//     t3 = prims.uniform((8, 200), 0.0, 1.0, ..., rng_offset=0)
+//
+// in the module jit's training and eval traces and in the compiled step.  A
+// small product is made whole, then masked; a larger one is masked block by
+// block in the GEMM's own store (the kernel run on each row of each finished
+// block, its Philox counters those of the element's place in the whole
+// product).  The region still gives what the backward saves (the ReLU's mask,
+// the dropout's output).
+//
+// Either way the kernel is the same code on the same values, and each element
+// of the product the same sum in the same order: the same bits as the unfused
+// trace.
+//
+// Applies to CPU fusion regions only, to a 2-D f32 matmul or linear whose
+// product has the region's shape and is read by nothing else, and whose
+// operands the rest of the region does not read; the rest of a region (the
 // updates of parameters with no such GEMM) stays a region of its own.  The
 // input gradient's GEMM followed by the ReLU's and dropout's backward is such
 // a pair too.
@@ -37,14 +58,18 @@ namespace volt::jit {
 
 Trace gemm_epilogue_pass(const Trace& t);
 
-// A fusion region that begins with the matmul its kernel is applied to.
+// A fusion region that begins with the matmul or linear its kernel is applied to.
 bool is_gemm_epilogue(const BoundSymbol& b);
+// How many of its inputs are that product's operands (they come first): a
+// matmul's two, a linear's two or three (x, the weight, the bias).
+size_t gemm_operands(const BoundSymbol& region);
 
-// Runs such a region: C = a b into `product` (contiguous, the matmul's shape),
-// then the region's kernel over it, chunk by chunk where that pays.  `args` are the
-// kernel's pointers: the product first, then the region's other inputs, then
-// its outputs.
-void run_gemm_epilogue(const BoundSymbol& region, const Tensor& a, const Tensor& b, float* product,
-                       void* const* args, unsigned long long rng_seed, unsigned long long rng_offset);
+// Runs such a region: the product of `operands` (a b, or x W^T + bias) into
+// `product` (contiguous, the product's shape), then the region's kernel over
+// it, chunk by chunk or block by block in the GEMM's store where that pays.
+// `args` are the kernel's pointers: the product first, then the region's
+// inputs after the operands, then its outputs.
+void run_gemm_epilogue(const BoundSymbol& region, const Tensor* operands, float* product, void* const* args,
+                       unsigned long long rng_seed, unsigned long long rng_offset);
 
 }  // namespace volt::jit

@@ -34,7 +34,7 @@ struct MemoryPlan::Impl {
     std::vector<Tensor> scratch;          // Fusion: a contiguous copy per input, when needed
     std::vector<int> donate_to;           // Fusion: per output, the state index it writes, or -1
     std::vector<Tensor> fresh;            // Prim, Fusion: per output allocated anew each run, its metadata
-    bool gemm = false;                    // Fusion: a GEMM epilogue region (its first two args: the matmul's)
+    size_t gemm = 0;                      // Fusion: a GEMM epilogue region's operands (its first args)
     Tensor product;                       // ... and where the GEMM writes its product
   };
   std::vector<Step> steps;
@@ -75,7 +75,7 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
   for (const BoundSymbol& b : t.bsyms) {
     if (b.is_fusion() && b.kernel && b.kernel->fn) {  // a host kernel: run into the plan's buffers
       add(Impl::Kind::Fusion, b);
-      P.steps.back().gemm = is_gemm_epilogue(b);
+      P.steps.back().gemm = is_gemm_epilogue(b) ? gemm_operands(b) : 0;
     } else if (b.executor && b.executor != &eager_executor()) {
       if (!b.is_fusion() || b.kernel) {
         add(Impl::Kind::Other, b);
@@ -179,7 +179,7 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
                          s.b.subsymbols.front().outputs.front(), &s, -1, -2});
     if (s.kind == Impl::Kind::Fusion) {
       s.scratch.resize(s.args.size());
-      for (size_t a = s.gemm ? 2 : 0; a < s.args.size(); ++a) {
+      for (size_t a = s.gemm; a < s.args.size(); ++a) {
         const int64_t id = s.args[a];
         const bool maybe_strided = root.count(id) || std::find(P.inputs.begin() + static_cast<std::ptrdiff_t>(num_state),
                                                                P.inputs.end(), id) != P.inputs.end();
@@ -236,7 +236,7 @@ std::vector<Tensor> MemoryPlan::run(const Trace& trace, const std::vector<Tensor
       case Impl::Kind::Fusion: {
         ptrs.clear();
         if (s.gemm) ptrs.push_back(s.product.raw_data());
-        for (size_t a = s.gemm ? 2 : 0; a < s.args.size(); ++a) {
+        for (size_t a = s.gemm; a < s.args.size(); ++a) {
           const Tensor& in = v[static_cast<size_t>(s.args[a])];
           if (in.is_contiguous() || a >= s.scratch.size() || !s.scratch[a].defined()) {
             VOLT_CHECK(in.is_contiguous(), s.b.fusion_name, "an input is not contiguous (" << in.meta_str() << ")");
@@ -254,8 +254,10 @@ std::vector<Tensor> MemoryPlan::run(const Trace& trace, const std::vector<Tensor
           ptrs.push_back(out.raw_data());
         }
         if (s.gemm) {
-          run_gemm_epilogue(s.b, v[static_cast<size_t>(s.args[0])], v[static_cast<size_t>(s.args[1])],
-                            s.product.data_ptr<float>(), ptrs.data(), rng.seed, rng.offset + s.b.kernel->rng_base);
+          const Tensor operands[3] = {v[static_cast<size_t>(s.args[0])], v[static_cast<size_t>(s.args[1])],
+                                      s.gemm > 2 ? v[static_cast<size_t>(s.args[2])] : Tensor()};
+          run_gemm_epilogue(s.b, operands, s.product.data_ptr<float>(), ptrs.data(), rng.seed,
+                            rng.offset + s.b.kernel->rng_base);
           break;
         }
         const long long n = static_cast<long long>(s.b.subsymbols.front().outputs.front().numel());

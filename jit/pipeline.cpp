@@ -4,6 +4,7 @@
 #include <volt/jit/conv_relu.h>
 #include <volt/jit/del_last_used.h>
 #include <volt/jit/fusion.h>
+#include <volt/jit/gemm_epilogue.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/interpreter.h>
 
@@ -12,7 +13,9 @@ namespace volt::jit {
 void compile_pipeline(std::vector<Trace>& list, ProxyNames& names, const std::vector<Executor*>& executors) {
   conv_relu_pass(list);
   list.push_back(claim_pass(list.back(), names, executors));
-  Trace fused = fusion_pass(list.back());
+  list.push_back(fusion_pass(list.back()));
+  // The elementwise work after a CPU matmul or linear in that GEMM's store.
+  Trace fused = gemm_epilogue_pass(list.back());
   auto c0 = Clock::now();
   compile_fusions(fused);
   fused.millis += ms_since(c0);

@@ -53,7 +53,7 @@ TEST_CASE("jit of a function matches eager and caches by metadata") {
   // One fused kernel for the mul, exp and add; its cost is reported pass by pass.
   auto st = jit::compile_stats(jf);
   CHECK(st.fusions == 1);
-  CHECK(st.passes.size() == 5);
+  CHECK(st.passes.size() == 6);
   CHECK(s.find("(t2,) = cpuFusion0(a, b)") != std::string::npos);
   // The kernel reads like the trace: the same names, one line per prim.
   auto sources = jit::last_kernel_sources(jf);
@@ -74,7 +74,7 @@ TEST_CASE("the CSE pass merges repeated work and the DCE pass drops unused work"
   Tensor y = jf(x);
   CHECK(max_rel_diff(y, mul(exp(x), 2.0)) < 1e-6);
   const auto& traces = jit::last_traces(jf);
-  REQUIRE(traces.size() == 5);  // tracing, DCE/CSE, claim, fusion, delete-last-used
+  REQUIRE(traces.size() == 6);  // tracing, DCE/CSE, claim, fusion, GEMM epilogues, delete-last-used
   std::string before = traces[0].str(), after = traces[1].str();
   CHECK(before.find("prims.tanh") != std::string::npos);
   CHECK(after.find("prims.tanh") == std::string::npos);
@@ -162,13 +162,17 @@ TEST_CASE("jit grad: backward trace regenerates dropout masks and training track
   auto pe = eager_net->parameters(), pj = jit_net->parameters();
   for (size_t i = 0; i < pe.size(); ++i) CHECK(max_rel_diff(pj[i], pe[i]) < 1e-4);
 
-  REQUIRE(jit::last_backward_traces(jm).size() == 4);  // grad, claim, fusion, delete-last-used
+  REQUIRE(jit::last_backward_traces(jm).size() == 5);  // grad, claim, fusion, GEMM epilogues, delete-last-used
   std::string fwd = jit::last_traces(jm).back().str();
   std::string bwd = jit::last_backward_traces(jm).front().str();
   std::string bwd_final = jit::last_backward_traces(jm).back().str();
   CHECK(fwd.find("# Constructed by Delete Last Used") != std::string::npos);
-  CHECK(fwd.find(") = cpuFusion0(t0)") != std::string::npos);
-  CHECK(fwd.find("del [") != std::string::npos);
+  // Each layer's bias, ReLU and dropout mask in its linear's store: one region
+  // beginning with the linear, its product freed inside it.
+  CHECK(fwd.find(") = cpuFusion0(input, _0_weight, _0_bias)\n    # t0 = volt.linear(input, _0_weight, _0_bias)") !=
+        std::string::npos);
+  for (const jit::BoundSymbol& b : jit::last_traces(jm).back().bsyms) CHECK(b.call.op != OpId::linear);
+  CHECK(bwd_final.find("del [") != std::string::npos);
   CHECK(bwd_final.find("= cpuFusion") != std::string::npos);
   // Backward's fusions regenerate the masks inside the kernel.
   CHECK(bwd_final.find("    # t3 = prims.uniform((6, 16)") != std::string::npos);
