@@ -153,6 +153,21 @@ void tiles(const cpu::GemmKernels<T>& ker, const T* ap, const T* bp, int64_t kc,
 
 int64_t panels(int64_t n, int r) { return (n + r - 1) / r; }
 
+// The A operand of every k-block, packed once for the whole call: `rows` rows
+// in panels of MR, block b's panels at b * panels(rows, MR) * MR * kb.size.
+// pack(p0, kc, q, live, dst) writes panel q of the block that starts at p0.
+template <class T, class Pack>
+std::vector<T> pack_all_blocks(const KBlocks& kb, int64_t depth, int64_t rows, int MR, const Pack& pack) {
+  const int64_t mp = panels(rows, MR);
+  std::vector<T> ap(size_t(std::max<int64_t>(1, kb.count * mp * MR * kb.size)));
+  for (int64_t b = 0; b < kb.count; ++b) {
+    const int64_t p0 = kb.begin(b), kc = kb.len(b, depth);
+    for (int64_t q = 0; q < mp; ++q)
+      pack(p0, kc, q, std::min<int64_t>(MR, rows - q * MR), ap.data() + b * mp * MR * kb.size + q * MR * kc);
+  }
+  return ap;
+}
+
 // y (N, O, L) = W (O, K) cols_n (K, L) + bias, then max(., 0) if relu.
 template <class T>
 void forward(const T* x, const T* wt, const T* bias, bool relu, T* y, const Geo& g) {
@@ -161,14 +176,10 @@ void forward(const T* x, const T* wt, const T* bias, bool relu, T* y, const Geo&
   const int64_t K = g.K(), L = g.L(), O = g.o;
   const KBlocks kb(K);
   const int64_t mp = panels(O, MR), np = panels(L, NR);
-  // The weight, packed once: block b's panels at b * mp * MR * kb.size.
-  std::vector<T> ap(size_t(std::max<int64_t>(1, kb.count * mp * MR * kb.size)));
-  for (int64_t b = 0; b < kb.count; ++b) {
-    const int64_t p0 = kb.begin(b), kc = kb.len(b, K);
-    for (int64_t q = 0; q < mp; ++q)
-      ker.pack_rows(wt + q * MR * K + p0, std::min<int64_t>(MR, O - q * MR), kc, K, MR,
-                    ap.data() + b * mp * MR * kb.size + q * MR * kc);
-  }
+  // The weight, packed once.
+  const std::vector<T> ap = pack_all_blocks<T>(kb, K, O, MR, [&](int64_t p0, int64_t kc, int64_t q, int64_t live, T* d) {
+    ker.pack_rows(wt + q * MR * K + p0, live, kc, K, MR, d);
+  });
   auto finish = [&](T* c, int64_t i, int rows, int cols) {
     for (int r = 0; r < rows; ++r) {
       T* row = c + r * L;
@@ -211,13 +222,9 @@ void grad_input(const T* gy, const T* wt, T* gx, const Geo& g) {
   const KBlocks kb(O);
   const int64_t mp = panels(K, MR), np = panels(L, NR);
   // W^T's panels: element (r, kk) = W[kk, r], rows contiguous in W's columns.
-  std::vector<T> ap(size_t(std::max<int64_t>(1, kb.count * mp * MR * kb.size)));
-  for (int64_t b = 0; b < kb.count; ++b) {
-    const int64_t p0 = kb.begin(b), kc = kb.len(b, O);
-    for (int64_t q = 0; q < mp; ++q)
-      ker.pack_cols(wt + p0 * K + q * MR, std::min<int64_t>(MR, K - q * MR), kc, K, MR,
-                    ap.data() + b * mp * MR * kb.size + q * MR * kc);
-  }
+  const std::vector<T> ap = pack_all_blocks<T>(kb, O, K, MR, [&](int64_t p0, int64_t kc, int64_t q, int64_t live, T* d) {
+    ker.pack_cols(wt + p0 * K + q * MR, live, kc, K, MR, d);
+  });
   auto nothing = [](T*, int64_t, int, int) {};
   cpu::parallel_tasks(g.n, [&](int64_t n) {
     const T* gn = gy + n * O * L;
