@@ -188,14 +188,25 @@ Figure fused_linear_layer(int64_t batch) {
           "784 -> 784 linear, ReLU, dropout 0.1: linear_relu_dropout against the eager chain"};
 }
 
-std::vector<Figure> busy_machine(const std::string& what, int busy, const std::function<double()>& cell) {
+std::vector<Figure> busy_machine(const std::string& what, int busy, int rounds,
+                                 const std::function<double()>& cell) {
   std::vector<Figure> out;
   const int threads_before = cpu::num_threads();
-  double quiet[3] = {0, 0, 0}, loaded[3] = {0, 0, 0};
-  for (int t : {1, 2}) {
-    cpu::set_num_threads(t);
-    quiet[t] = cell();
-  }
+  // Rounds of 1 and 2 threads interleaved, medians: one cell on a busy
+  // machine swings with where the scheduler happens to put its threads.
+  auto medians = [&](std::vector<double>* by_threads) {
+    for (int r = 0; r < rounds; ++r)
+      for (int t : {1, 2}) {
+        cpu::set_num_threads(t);
+        by_threads[t].push_back(cell());
+      }
+  };
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> quiet[3], loaded[3];
+  medians(quiet);
   std::vector<pid_t> children;
   for (int i = 0; i < busy; ++i) {
     const pid_t pid = fork();
@@ -206,20 +217,21 @@ std::vector<Figure> busy_machine(const std::string& what, int busy, const std::f
     if (pid > 0) children.push_back(pid);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  for (int t : {1, 2}) {
-    cpu::set_num_threads(t);
-    loaded[t] = cell();
-  }
+  medians(loaded);
   for (pid_t pid : children) {
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
   }
   cpu::set_num_threads(threads_before);
-  for (int t : {1, 2})
+  const double ratio = median(loaded[2]) / median(loaded[1]);
+  for (int t : {1, 2}) {
+    const auto [lo, hi] = std::minmax_element(loaded[t].begin(), loaded[t].end());
     out.push_back({"busy_machine",
-                   {{"threads", double(t)}, {"busy_processes", double(busy)}, {"quiet_steps_per_s", quiet[t]},
-                    {"busy_steps_per_s", loaded[t]}, {"busy_2_over_1", loaded[2] / loaded[1]}},
+                   {{"threads", double(t)}, {"busy_processes", double(busy)}, {"rounds", double(rounds)},
+                    {"quiet_steps_per_s", median(quiet[t])}, {"busy_steps_per_s", median(loaded[t])},
+                    {"busy_min", *lo}, {"busy_max", *hi}, {"busy_2_over_1", ratio}},
                    what});
+  }
   return out;
 }
 

@@ -33,8 +33,10 @@ std::vector<Figure> gemm_shapes(int64_t batch, double peak_gflops);
 Figure fused_linear_layer(int64_t batch);
 
 // Runs `cell` (it returns steps/s) with 1 and 2 threads while `busy` processes
-// spin on the CPU, and without them; one figure per thread count.
-std::vector<Figure> busy_machine(const std::string& what, int busy, const std::function<double()>& cell);
+// spin on the CPU, and without them, `rounds` rounds of the two thread counts
+// interleaved; one figure per thread count, medians (and the busy extremes).
+std::vector<Figure> busy_machine(const std::string& what, int busy, int rounds,
+                                 const std::function<double()>& cell);
 
 // One epoch of examples/mnist_mlp's training loop on the MNIST in `dir`: a
 // shuffled DataLoader, forward, loss, zero_grad, backward, Adam's step and the

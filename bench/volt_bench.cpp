@@ -929,7 +929,7 @@ int main(int argc, char** argv) {
       std::vector<Metric> unused;
       auto batches = synthetic_batches(64, kCPU);
       auto cell = [&] { return run_cell("eager", kCPU, 64, batches, busy_o, unused)[0].steps_per_s(); };
-      for (auto& f : bench_cpu::busy_machine("eager training step, cpu, batch 64", 2, cell))
+      for (auto& f : bench_cpu::busy_machine("eager training step, cpu, batch 64", 2, o.smoke ? 1 : 5, cell))
         metrics.push_back({f.name, f.values, f.note});
     }
     if (o.epoch)

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include <volt/nn/optim.h>
+#include <volt/tensor/cpu_threads.h>
 #include <volt/tensor/dispatch.h>
 #include <volt/tensor/ops.h>
 
@@ -16,18 +17,17 @@ namespace {
 // PyTorch runs, in its order, rounded to T.
 template <class T>
 void adadelta_kernel(T* p, const T* g, T* s, T* d, int64_t n, T lr, T rho, T one_minus_rho, T eps, T wd) {
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (n >= (1 << 16))
-#endif
-  for (int64_t i = 0; i < n; ++i) {
-    T gi = g[i];
-    if (wd != T(0)) gi = gi + wd * p[i];
-    s[i] = s[i] * rho + one_minus_rho * gi * gi;
-    const T std_ = std::sqrt(s[i] + eps);
-    const T delta = std::sqrt(d[i] + eps) / std_ * gi;
-    d[i] = d[i] * rho + one_minus_rho * delta * delta;
-    p[i] = p[i] + -lr * delta;
-  }
+  cpu::parallel_for(n, int64_t(1) << 15, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      T gi = g[i];
+      if (wd != T(0)) gi = gi + wd * p[i];
+      s[i] = s[i] * rho + one_minus_rho * gi * gi;
+      const T std_ = std::sqrt(s[i] + eps);
+      const T delta = std::sqrt(d[i] + eps) / std_ * gi;
+      d[i] = d[i] * rho + one_minus_rho * delta * delta;
+      p[i] = p[i] + -lr * delta;
+    }
+  });
 }
 
 // Parameter p's gradient, checked and in p's dtype and device.

@@ -165,18 +165,17 @@ void adam_multi(const std::vector<AdamWork<T>>& work) {
 template <class T>
 void sgd_kernel(T* p, const T* g, T* buf, int64_t n, T lr, T momentum, T weight_decay,
                 bool first_step) {
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-#endif
-  for (int64_t i = 0; i < n; ++i) {
-    T gi = g[i];
-    if (weight_decay != T(0)) gi += weight_decay * p[i];
-    if (buf) {
-      buf[i] = first_step ? gi : momentum * buf[i] + gi;
-      gi = buf[i];
+  cpu::parallel_for(n, kParallelGrain / 2, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      T gi = g[i];
+      if (weight_decay != T(0)) gi += weight_decay * p[i];
+      if (buf) {
+        buf[i] = first_step ? gi : momentum * buf[i] + gi;
+        gi = buf[i];
+      }
+      p[i] += -lr * gi;
     }
-    p[i] += -lr * gi;
-  }
+  });
 }
 
 }  // namespace

@@ -802,8 +802,6 @@ struct Registrar {
     static CpuBackend backend;
     register_backend(DeviceType::CPU, &backend);
     set_flush_denormals();
-#pragma omp parallel
-    set_flush_denormals();
     // volt's pool (tensor/cpu_threads.cpp) runs each task with its caller's MXCSR.
   }
 } g_registrar;

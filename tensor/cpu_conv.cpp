@@ -10,10 +10,21 @@
 #include <type_traits>
 
 #include <volt/tensor/conv.h>
+#include <volt/tensor/cpu_threads.h>
 
 namespace volt {
 
 namespace {
+
+// body(p) for every plane p, the planes split over volt's threads when the
+// elements touched (`work`) are enough to pay for it.
+template <class F>
+void for_each_plane(int64_t planes, int64_t work, const F& body) {
+  const int64_t grain = work > (1 << 15) ? 1 : std::max<int64_t>(planes, 1);
+  cpu::parallel_for(planes, grain, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) body(p);
+  });
+}
 
 struct Geometry {
   int64_t n, c, h, w, oh, ow;
@@ -35,8 +46,7 @@ template <class T>
 void im2col_kernel(const T* x, T* cols, const Geometry& g) {
   const Window2d& k = g.win;
   const int64_t planes = g.n * g.c, kk = k.kernel[0] * k.kernel[1], len = g.oh * g.ow;
-#pragma omp parallel for schedule(static) if (planes * kk * len > (1 << 15))
-  for (int64_t p = 0; p < planes; ++p) {
+  for_each_plane(planes, planes * kk * len, [&](int64_t p) {
     const T* xp = x + p * g.h * g.w;
     T* cp = cols + p * kk * len;
     for (int64_t i = 0; i < k.kernel[0]; ++i) {
@@ -63,7 +73,7 @@ void im2col_kernel(const T* x, T* cols, const Geometry& g) {
         std::fill(row + oh_hi * g.ow, row + len, T(0));
       }
     }
-  }
+  });
 }
 
 // cols (N, C * kh * kw, OH * OW) -> x (N, C, H, W): the sum of every column
@@ -72,8 +82,7 @@ template <class T>
 void col2im_kernel(const T* cols, T* x, const Geometry& g) {
   const Window2d& k = g.win;
   const int64_t planes = g.n * g.c, kk = k.kernel[0] * k.kernel[1], len = g.oh * g.ow;
-#pragma omp parallel for schedule(static) if (planes * kk * len > (1 << 15))
-  for (int64_t p = 0; p < planes; ++p) {
+  for_each_plane(planes, planes * kk * len, [&](int64_t p) {
     T* xp = x + p * g.h * g.w;
     const T* cp = cols + p * kk * len;
     std::fill(xp, xp + g.h * g.w, T(0));
@@ -97,7 +106,7 @@ void col2im_kernel(const T* cols, T* x, const Geometry& g) {
         }
       }
     }
-  }
+  });
 }
 
 // The position (in its plane) of the first maximal element of output (oh, ow)'s
@@ -156,8 +165,7 @@ void max_pool_kernel(const T* x, T* y, const Geometry& g) {
   const Window2d& k = g.win;
   const bool plain2 = k.kernel[0] == 2 && k.kernel[1] == 2 && k.stride[0] == 2 && k.stride[1] == 2 &&
                       k.padding[0] == 0 && k.padding[1] == 0 && k.dilation[0] == 1 && k.dilation[1] == 1;
-#pragma omp parallel for schedule(static) if (planes * g.oh * g.ow > (1 << 15))
-  for (int64_t p = 0; p < planes; ++p) {
+  for_each_plane(planes, planes * g.oh * g.ow, [&](int64_t p) {
     const T* xp = x + p * g.h * g.w;
     T* yp = y + p * g.oh * g.ow;
     for (int64_t oh = 0; oh < g.oh; ++oh) {
@@ -175,7 +183,7 @@ void max_pool_kernel(const T* x, T* y, const Geometry& g) {
         yp[oh * g.ow + ow] = at < 0 ? -std::numeric_limits<T>::infinity() : xp[at];
       }
     }
-  }
+  });
 }
 
 // keep ? v : +0, by masking v's bits (no branch to mispredict).
@@ -196,8 +204,7 @@ void max_pool_backward_kernel(const T* gy, const T* x, T* gx, const Geometry& g)
   const Window2d& k = g.win;
   const bool plain2 = k.kernel[0] == 2 && k.kernel[1] == 2 && k.stride[0] == 2 && k.stride[1] == 2 &&
                       k.padding[0] == 0 && k.padding[1] == 0 && k.dilation[0] == 1 && k.dilation[1] == 1;
-#pragma omp parallel for schedule(static) if (planes * g.h * g.w > (1 << 15))
-  for (int64_t p = 0; p < planes; ++p) {
+  for_each_plane(planes, planes * g.h * g.w, [&](int64_t p) {
     const T* xp = x + p * g.h * g.w;
     const T* gp = gy + p * g.oh * g.ow;
     T* op = gx + p * g.h * g.w;
@@ -219,7 +226,7 @@ void max_pool_backward_kernel(const T* gy, const T* x, T* gx, const Geometry& g)
           o1[c + 1] = keep_if(gv, at == 3);
         }
       }
-      continue;
+      return;
     }
     std::fill(op, op + g.h * g.w, T(0));
     for (int64_t oh = 0; oh < g.oh; ++oh)
@@ -227,7 +234,7 @@ void max_pool_backward_kernel(const T* gy, const T* x, T* gx, const Geometry& g)
         const int64_t at = window_argmax(xp, g, oh, ow);
         if (at >= 0) op[at] += gp[oh * g.ow + ow];
       }
-  }
+  });
 }
 
 template <class T>

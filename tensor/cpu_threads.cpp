@@ -1,7 +1,9 @@
 // The thread pool of tensor/cpu_threads.h.
 #include <volt/tensor/cpu_threads.h>
 
+#include <fcntl.h>
 #include <sched.h>
+#include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
 #define VOLT_POOL_MXCSR 1
@@ -9,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -31,7 +34,7 @@ constexpr int64_t kDefaultSpinMicros = 50;
 // Long enough to bridge the gap between two GEMMs of a training step (waking a
 // sleeping virtual CPU can take longer than a small GEMM), short enough that a
 // waiting thread costs a busy machine little.
-// While the machine is busy (see Backoff) threads do not spin at all: a
+// While the machine is busy (see Contention) threads do not spin at all: a
 // spinning thread takes the core from the one doing the work.
 std::atomic<bool> g_busy{false};
 
@@ -80,63 +83,86 @@ thread_local bool in_region = false;
 
 using Clock = std::chrono::steady_clock;
 
-// Graceful degradation on a busy machine.  When the cores are shared with
-// other processes, a thread of a region can be descheduled for a whole time
-// slice (milliseconds), and the caller then waits for it at the region's end
-// longer than the region's work took: two threads run slower than one.  Such
-// regions mark the machine busy for 2 s (renewed by every slow region): regions
-// then run on volt's own workers, which do not spin while it is busy (OpenMP's
-// idle threads spin for milliseconds, and a thread spinning on one of two
-// shared cores starves the one doing the work).  A slow region while busy
-// also runs the next ones on the calling thread alone for a while (20 ms,
-// doubling while the next try is slow again, up to 1 s).  Which thread runs a
-// task never changes a result.
-class Backoff {
+// Graceful degradation on a busy machine.  A region's threads work in
+// lockstep: when the cores are shared with other processes, one of them can be
+// descheduled for a whole time slice (milliseconds) while the others wait for
+// it, and two threads run slower than one.  So while other threads are
+// runnable, a region uses at most as many threads as there are cores they
+// leave free: the calling thread alone when there are none, and idle threads
+// stop spinning.  Other runnable threads are the kernel's count (/proc/loadavg)
+// less volt's awake threads, read at most every 20 ms and believed when two
+// looks in a row agree (a short-lived process does not count).
+//
+// Contention the count cannot see (a virtual machine's host) shows as slow
+// regions: a region whose caller waited more than 1 ms for a descheduled
+// thread, and longer than its own work took, twice within 200 ms, runs the
+// next ones on the calling thread alone for 20 ms, doubling while the next try
+// is slow again (up to 1 s).  Which thread runs a task never changes a result.
+class Contention {
  public:
-  bool busy(Clock::time_point now) {
-    if (busy_until_ == Clock::time_point{}) return false;
-    if (now < busy_until_) return true;
-    busy_until_ = Clock::time_point{};
-    g_busy.store(false, std::memory_order_relaxed);
-    return false;
+  // Threads (1 to `threads`) the region starting now may use.  `awake`: volt's
+  // threads running or spinning now, the caller included.
+  int threads_for(int threads, int awake, Clock::time_point now) {
+    if (now - checked_ >= std::chrono::milliseconds(kCheckMillis)) {
+      checked_ = now;
+      const int others = other_runnable(awake);
+      // With no other runnable thread, as many threads as were set; a thread
+      // seen in one look only (a short task) does not count.
+      const int spare = others <= 0 ? kAny : std::max(1, cores_ - others);
+      spare_ = std::max(spare, last_spare_);
+      last_spare_ = spare;
+      g_busy.store(spare_ < threads, std::memory_order_relaxed);
+    }
+    if (serial_until_ != Clock::time_point{}) {
+      if (now < serial_until_) return 1;
+      serial_until_ = Clock::time_point{};
+      probing_ = true;
+    }
+    return std::min(threads, spare_);
   }
-  bool serial_now() {
-    if (serial_until_ == Clock::time_point{}) return false;
-    if (Clock::now() < serial_until_) return true;
-    serial_until_ = Clock::time_point{};
-    probing_ = true;
-    return false;
-  }
-  // start: the region began; caller_done: the caller ran out of tasks; end: every
-  // thread finished.  The straggler wait is end - caller_done.
+
+  // start: the region began; caller_done: the caller ran out of tasks; end:
+  // every thread finished.  The straggler wait is end - caller_done.
   void judge(Clock::time_point start, Clock::time_point caller_done, Clock::time_point end) {
     const auto wait = end - caller_done, work = caller_done - start;
     const bool slow = wait > std::chrono::microseconds(kStragglerMicros) && wait > work;
-    if (slow && busy_until_ == Clock::time_point{}) {
-      // Three slow regions within 200 ms (not one preemption) mark the machine
-      // busy: stop spinning, stay parallel.
-      if (strikes_ == 0 || end - first_strike_ > std::chrono::milliseconds(200)) {
-        strikes_ = 0;
-        first_strike_ = end;
-      }
-      if (++strikes_ >= 3) {
-        strikes_ = 0;
-        busy_until_ = end + std::chrono::microseconds(kBusyMicros);
-        g_busy.store(true, std::memory_order_relaxed);
-      }
-    } else if (slow) {
-      busy_until_ = end + std::chrono::microseconds(kBusyMicros);
+    if (slow && (probing_ || (strikes_ > 0 && end - first_strike_ < std::chrono::milliseconds(200)))) {
       period_ = probing_ ? std::min(period_ * 2, std::chrono::microseconds(kMaxMicros))
                          : std::chrono::microseconds(kFirstMicros);
       serial_until_ = end + period_;
+      strikes_ = 0;
+    } else if (slow) {
+      strikes_ = 1;
+      first_strike_ = end;
     }
     probing_ = false;
   }
 
  private:
-  static constexpr int64_t kStragglerMicros = 1000, kFirstMicros = 20000, kMaxMicros = 1000000;
-  static constexpr int64_t kBusyMicros = 2000000;
-  Clock::time_point busy_until_{}, first_strike_{};
+  // Runnable threads of other processes: the kernel's count (the fourth field
+  // of /proc/loadavg, "runnable/total") less ours; -1 when it cannot be read.
+  static int other_runnable(int awake) {
+    const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    char buf[128];
+    const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    const char* field = buf;
+    for (int i = 0; i < 3 && field; ++i)
+      if ((field = std::strchr(field, ' '))) ++field;
+    if (!field) return -1;
+    return std::max(0, std::atoi(field) - awake);
+  }
+
+  static constexpr int64_t kCheckMillis = 20, kStragglerMicros = 1000, kFirstMicros = 20000,
+                           kMaxMicros = 1000000;
+  static constexpr int kAny = 1 << 20;
+  const int cores_ = std::max(1, int(sysconf(_SC_NPROCESSORS_ONLN)));
+  int spare_ = kAny, last_spare_ = kAny;
+  Clock::time_point checked_{};
+  Clock::time_point first_strike_{};
   int strikes_ = 0;
   Clock::time_point serial_until_{};
   std::chrono::microseconds period_{kFirstMicros};
@@ -159,22 +185,16 @@ class Pool {
 
   void run(int64_t tasks, void (*fn)(const void*, int64_t), const void* ctx) {
     std::unique_lock<std::mutex> lock(run_mutex_, std::try_to_lock);
-    const int threads = threads_.load(std::memory_order_relaxed);
-    if (tasks <= 1 || threads <= 1 || in_region || !lock.owns_lock() || tasks > kMaxTasks ||
-        backoff_.serial_now()) {
+    int threads = threads_.load(std::memory_order_relaxed);
+    const auto start = Clock::now();
+    if (tasks > 1 && threads > 1 && !in_region && lock.owns_lock() && tasks <= kMaxTasks)
+      threads = contention_.threads_for(threads, 1 + awake_.load(std::memory_order_relaxed), start);
+    else
+      threads = 1;
+    if (threads <= 1) {
       for (int64_t t = 0; t < tasks; ++t) fn(ctx, t);
       return;
     }
-    const auto start = Clock::now();
-    const bool busy = backoff_.busy(start);
-    Clock::time_point caller_done;
-#ifdef _OPENMP
-    if (use_openmp_ && !busy) {
-      run_openmp(threads, tasks, fn, ctx, caller_done);
-      backoff_.judge(start, caller_done, Clock::now());
-      return;
-    }
-#endif
     ensure_workers(threads - 1);
     active_.store(threads - 1, std::memory_order_relaxed);
     fn_.store(fn, std::memory_order_relaxed);
@@ -191,31 +211,14 @@ class Pool {
     in_region = true;
     work(epoch);
     in_region = false;
-    caller_done = Clock::now();
+    const auto caller_done = Clock::now();
     // Wait for the tasks other threads claimed.
     if (!spin_until([&] { return remaining_.load(std::memory_order_acquire) == 0; }))
-        for (int32_t r; (r = remaining_.load(std::memory_order_acquire)) != 0;) remaining_.wait(r);
-    backoff_.judge(start, caller_done, Clock::now());
+      for (int32_t r; (r = remaining_.load(std::memory_order_acquire)) != 0;) remaining_.wait(r);
+    contention_.judge(start, caller_done, Clock::now());
   }
 
  private:
-#ifdef _OPENMP
-  // The same claiming of tasks on OpenMP's threads (the default; VOLT_CPU_POOL=volt
-  // for volt's own threads): one
-  // set of threads for volt's loops and for code that uses OpenMP directly.
-  void run_openmp(int threads, int64_t tasks, void (*fn)(const void*, int64_t), const void* ctx,
-                  Clock::time_point& caller_done) {
-    std::atomic<int64_t> next{0};
-#pragma omp parallel num_threads(int(std::min<int64_t>(threads, tasks)))
-    {
-      in_region = true;
-      for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) fn(ctx, t);
-      in_region = false;
-      if (omp_get_thread_num() == 0) caller_done = Clock::now();
-    }
-  }
-#endif
-
   // Claims and runs tasks of region `epoch` until none are left.  The claim word
   // holds the region's epoch, its task count and the next task, so a claim
   // succeeds only while that region has a task left.  fn_ and ctx_ are read
@@ -244,11 +247,14 @@ class Pool {
   void worker(int index) {
     in_region = true;  // a region started from inside a task runs serially
     uint32_t seen = wake_.load(std::memory_order_acquire);
+    awake_.fetch_add(1, std::memory_order_relaxed);
     for (;;) {
       if (!spin_until([&] { return wake_.load(std::memory_order_acquire) != seen; })) {
+        awake_.fetch_sub(1, std::memory_order_relaxed);
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
         while (wake_.load(std::memory_order_seq_cst) == seen) wake_.wait(seen);
         sleepers_.fetch_sub(1, std::memory_order_relaxed);
+        awake_.fetch_add(1, std::memory_order_relaxed);
       }
       seen = wake_.load(std::memory_order_acquire);
       // Only the first threads()-1 workers take part (set_num_threads may lower it).
@@ -264,16 +270,11 @@ class Pool {
     }
   }
 
-  Pool() : threads_(default_threads()) {
-    // OpenMP's threads by default: Adam and the jit's kernels use OpenMP too, and
-    // two sets of threads on 2 cores made the jit's step slower (bench/README.md).
-    const char* pool = std::getenv("VOLT_CPU_POOL");
-    use_openmp_ = !(pool && std::string(pool) == "volt");
-  }
+  Pool() : threads_(default_threads()) {}
 
   std::atomic<int> threads_;
-  Backoff backoff_;  // guarded by run_mutex_
-  bool use_openmp_ = false;
+  Contention contention_;  // guarded by run_mutex_
+  std::atomic<int> awake_{0};  // workers running or spinning (not asleep)
   std::atomic<int> active_{0};
   std::mutex run_mutex_;
   std::vector<std::thread> workers_;

@@ -6,22 +6,19 @@
 // machine) delays the region by at most the task it holds; the caller never
 // waits for a worker that has not started.  Idle workers spin for a short
 // while (50 µs, VOLT_CPU_SPIN_US) and then sleep on a futex, so they do not take cores
-// from other processes between regions.  On a busy machine (a region's caller
-// waits more than 1 ms for a descheduled thread, three times within 200 ms)
-// regions run on volt's own workers without any spinning for 2 s, and
-// repeatedly slow regions on the caller alone for a while, so 2 threads are
-// not slower than 1 (tensor/cpu_threads.cpp, Backoff).  Results never depend
-// on which thread ran a task: the callers' tasks write disjoint outputs.
+// from other processes between regions.  On a busy machine a region uses only
+// the cores other processes leave free (the kernel's count of runnable
+// threads), the calling thread alone when there are none, and idle threads do
+// not spin, so 2 threads are not slower than 1 (tensor/cpu_threads.cpp,
+// Contention).  Results never depend on which thread ran a task: the callers'
+// tasks write disjoint outputs.
 //
-// By default the same task claiming runs on OpenMP's threads (one set of
-// threads shared with code that still uses OpenMP directly: the convolution
-// loops and Adadelta), at the cost of OpenMP's spinning waits;
-// VOLT_CPU_POOL=volt runs it on volt's own workers described above.  Adam's
-// update and the jit's generated kernels run through parallel_for.
+// Every parallel loop of volt's CPU backend and optimizers runs here; volt's
+// library starts no OpenMP threads of its own.
 //
 // The thread count is VOLT_NUM_THREADS, else OMP_NUM_THREADS, else the cores
-// this process may run on; set_num_threads changes it (and OpenMP's, for the
-// code that still uses OpenMP).  A region started inside another, or while
+// this process may run on; set_num_threads changes it (and OpenMP's, for
+// extensions that use OpenMP).  A region started inside another, or while
 // another thread runs one, runs its tasks serially on the calling thread.
 #pragma once
 

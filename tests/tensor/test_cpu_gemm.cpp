@@ -8,7 +8,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <chrono>
 #include <cstring>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unistd.h>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -322,6 +328,56 @@ TEST_CASE("thread pool: back-to-back regions of different sizes each run exactly
     wrong += bad_tag.load();
   }
   CHECK(wrong == 0);
+}
+
+TEST_CASE("thread pool: while other threads take every core, a region runs on its caller alone") {
+  std::ifstream loadavg("/proc/loadavg");
+  if (!loadavg) {
+    MESSAGE("no /proc/loadavg here: the pool cannot count runnable threads");
+    return;
+  }
+  KernelScope scope;
+  cpu::set_num_threads(2);
+  // The threads that ran one region's tasks (each task long enough that an
+  // awake worker would claim some).
+  auto runners = [] {
+    std::mutex m;
+    std::set<std::thread::id> ids;
+    cpu::parallel_tasks(32, [&](int64_t) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      std::lock_guard<std::mutex> lock(m);
+      ids.insert(std::this_thread::get_id());
+    });
+    return ids;
+  };
+  const int cores = std::max(1, int(sysconf(_SC_NPROCESSORS_ONLN)));
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  for (int i = 0; i < cores; ++i)
+    busy.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  // The pool looks every 20 ms and believes two looks in a row: two regions
+  // to see the busy threads, then three that must run on the caller alone.
+  int alone = 0;
+  for (int r = 0; r < 5; ++r) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    const auto ids = runners();
+    if (r >= 2) alone += ids.size() == 1 && ids.count(std::this_thread::get_id()) == 1;
+  }
+  stop = true;
+  for (auto& t : busy) t.join();
+  CHECK(alone == 3);
+  // The cores free again: some region of the next ones uses a worker.
+  bool shared = false;
+  for (int r = 0; r < 20 && !shared; ++r) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    shared = runners().size() > 1;
+  }
+  CHECK(shared);
 }
 
 TEST_CASE("GEMM packing: every instruction set's panels equal the copying loop") {
