@@ -11,7 +11,7 @@
 // (zero_grad, forward, loss, backward, step) on the same numbers as (B, 1, 28, 28).
 //
 // Threads: Debian's LibTorch starts with one intra-op thread on this kind of
-// machine; it is given what volt's OpenMP uses, $OMP_NUM_THREADS or else one per
+// machine; it is given what volt uses, $OMP_NUM_THREADS or else one per
 // core, unless --threads says otherwise.
 //
 // Built only with -DVOLT_BENCH_LIBTORCH=ON (see bench/README.md); volt_bench

@@ -71,8 +71,7 @@ void sync(const std::vector<Tensor>& tensors);
 // mark_step() runs the graph before it returns, on the recording thread.
 // Auto (the default) is on only when this process may run on more cores than
 // the compute threads use (volt::cpu::num_threads()): the worker's kernels then
-// do not share cores with the recording thread or with a second set of OpenMP
-// threads.  With every core computing, as with 2 threads on 2 cores, the step
+// do not share cores with the recording thread.  With every core computing, as with 2 threads on 2 cores, the step
 // ran 14-17 % slower on the worker thread than on the recording thread, and
 // recording (well under 1 ms a step) leaves nothing to overlap.
 // VOLT_LAZY_ASYNC=0|1|auto at start-up sets the mode.
