@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include <volt/tensor/cpu_gemm.h>
 #include <volt/tensor/cpu_threads.h>
@@ -136,8 +137,135 @@ void pack_cols_f32(const float* x, int64_t live, int64_t kc, int64_t cs, int R, 
     }
 }
 
+// ---- a short k (a weight gradient at a small batch) ----
+// C = A B with k <= 16 and B's rows contiguous: the k rows of B over a block of
+// NV x 16 columns stay in registers while every row of C in turn is made, one
+// chain of fused multiply-adds over k ascending from zero, then the bias and the
+// ReLU -- what tile_b_rows computes, without its per-tile set-up and stores.
+template <int K, int NV>
+void rank_k_block(const float* a, int64_t m, int64_t ars, int64_t acs, const float* b, int64_t brs, int64_t cols,
+                  float* c, int64_t ldc, const float* bias, bool relu) {
+  __mmask16 mask[NV];
+  for (int v = 0; v < NV; ++v)
+    mask[v] = __mmask16(cols >= 16 * (v + 1) ? 0xffffu : cols > 16 * v ? (1u << (cols - 16 * v)) - 1 : 0u);
+  __m512 bk[K][NV], bias_v[NV];
+  for (int kk = 0; kk < K; ++kk)
+    for (int v = 0; v < NV; ++v) bk[kk][v] = _mm512_maskz_loadu_ps(mask[v], b + kk * brs + 16 * v);
+  for (int v = 0; v < NV; ++v) bias_v[v] = bias ? _mm512_maskz_loadu_ps(mask[v], bias + 16 * v) : _mm512_setzero_ps();
+  auto store = [&](float* ci, __m512 x, int v) {
+    if (bias) x = _mm512_add_ps(x, bias_v[v]);
+    if (relu) x = Ops::relu(x);
+    _mm512_mask_storeu_ps(ci + 16 * v, mask[v], x);
+  };
+  constexpr int R = NV == 2 ? 6 : 8;  // rows at a time: independent chains
+  int64_t i = 0;
+  for (; i + R <= m; i += R) {
+    __m512 acc[R][NV];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int kk = 0; kk < K; ++kk)
+      for (int r = 0; r < R; ++r) {
+        const __m512 x = _mm512_set1_ps(a[(i + r) * ars + kk * acs]);
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(x, bk[kk][v], acc[r][v]);
+      }
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < NV; ++v) store(c + (i + r) * ldc, acc[r][v], v);
+  }
+  for (; i < m; ++i) {
+    __m512 acc[NV];
+    for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
+    for (int kk = 0; kk < K; ++kk) {
+      const __m512 x = _mm512_set1_ps(a[i * ars + kk * acs]);
+      for (int v = 0; v < NV; ++v) acc[v] = _mm512_fmadd_ps(x, bk[kk][v], acc[v]);
+    }
+    for (int v = 0; v < NV; ++v) store(c + i * ldc, acc[v], v);
+  }
+}
+
+template <int K>
+void rank_k_columns(const float* a, int64_t m, int64_t ars, int64_t acs, const float* b, int64_t n, int64_t brs,
+                    float* c, int64_t ldc, const float* bias, bool relu, const BlockHook<float>& done) {
+  constexpr int NV = K <= 8 ? 2 : 1;  // k x NV registers of B: at most 16
+  constexpr int64_t width = 16 * NV;
+  over_tiles((n + width - 1) / width, m * K * width, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t j = t * width, cols = std::min(width, n - j);
+      rank_k_block<K, NV>(a, m, ars, acs, b + j, brs, cols, c + j, ldc, bias ? bias + j : nullptr, relu);
+      if (done.fn) done.fn(done.ctx, c + j, ldc, 0, j, m, cols);
+    }
+  });
+}
+
+template <int K = 1>
+void rank_k(int64_t k, const float* a, int64_t m, int64_t ars, int64_t acs, const float* b, int64_t n, int64_t brs,
+            float* c, int64_t ldc, const float* bias, bool relu, const BlockHook<float>& done) {
+  if constexpr (K < kSkinny)
+    if (k != K) return rank_k<K + 1>(k, a, m, ars, acs, b, n, brs, c, ldc, bias, relu, done);
+  rank_k_columns<K>(a, m, ars, acs, b, n, brs, c, ldc, bias, relu, done);
+}
+
+// ---- dot products (linear's x W^T at a small batch) ----
+// tile_dots<float, R, 4> with every operand in a register: the 16 lanes of
+// each of the 16 sums added in order (0 + lane 0 + lane 1 + ... + lane 15) for
+// all of them at once after a transposition, so the same bits.
+template <int R>
+void dots_tile(const float* a, int64_t ars, const float* b, int64_t bcs, int64_t k, float* c, int64_t ldc,
+               const float* bias, bool relu) {
+  __m512 acc[16];
+  for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
+  int64_t kk = 0;
+  for (; kk + 16 <= k; kk += 16) {
+    __m512 bv[4];
+    for (int j = 0; j < 4; ++j) {
+      bv[j] = _mm512_loadu_ps(b + j * bcs + kk);
+      // Kept in a register: left alone, GCC reads each vector of B again as
+      // the memory operand of all four FMAs using it (20 loads for 16 FMAs,
+      // more than the core loads per cycle).
+      __asm__("" : "+v"(bv[j]));
+    }
+    for (int i = 0; i < R; ++i) {
+      __m512 av = _mm512_loadu_ps(a + i * ars + kk);
+      __asm__("" : "+v"(av));
+      for (int j = 0; j < 4; ++j) acc[i * 4 + j] = _mm512_fmadd_ps(av, bv[j], acc[i * 4 + j]);
+    }
+  }
+  transpose16(acc);  // acc[l]: lane l of every sum
+  __m512 sum = _mm512_setzero_ps();
+  for (int l = 0; l < 16; ++l) sum = _mm512_add_ps(sum, acc[l]);
+  alignas(64) float s[16];
+  _mm512_store_ps(s, sum);
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < 4; ++j) {
+      float v = s[i * 4 + j];
+      for (int64_t r = kk; r < k; ++r) v = std::fma(a[i * ars + r], b[j * bcs + r], v);
+      c[i * ldc + j] = epilogue(v, bias, j, relu);
+    }
+}
+
+struct Dots512 {
+  template <class T, int R, int NC>
+  static void tile(const T* a, int64_t ars, const T* b, int64_t bcs, int64_t k, T* c, int64_t ldc, const T* bias,
+                   bool relu) {
+    if constexpr (std::is_same_v<T, float> && NC == 4 && R <= 4) dots_tile<R>(a, ars, b, bcs, k, c, ldc, bias, relu);
+    else tile_dots<T, R, NC>(a, ars, b, bcs, k, c, ldc, bias, relu);
+  }
+};
+
+// skinny<float>, with the short-k products above.  The dot-product layout keeps
+// its own kernel (its sums are in another order), as skinny chooses it first.
+bool skinny_f32(const float* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const float* b, int64_t n,
+                int64_t brs, int64_t bcs, float* c, int64_t ldc, const float* bias, bool relu,
+                const BlockHook<float>& done) {
+  const bool dots = m <= kSkinny && acs == 1 && brs == 1 && bcs >= k;
+  if (!dots && k >= 1 && k <= kSkinny && bcs == 1 && brs >= n) {
+    rank_k(k, a, m, ars, acs, b, n, brs, c, ldc, bias, relu, done);
+    return true;
+  }
+  return skinny<float, Dots512>(a, m, k, ars, acs, b, n, brs, bcs, c, ldc, bias, relu, done);
+}
+
 // 12 x 32: 24 accumulators of the 32 registers.
-const GemmKernels<float> f32 = {12, 32, packed_tile_vec<__m512, 16, 12, 2, Ops>, skinny<float>, pack_rows_f32,
+const GemmKernels<float> f32 = {12, 32, packed_tile_vec<__m512, 16, 12, 2, Ops>, skinny_f32, pack_rows_f32,
                                 pack_cols_f32};
 const GemmKernels<double> f64 = {8, 16, packed_tile_loops<double, 8, 16>, skinny<double>,
                                   pack_rows_loops<double>, pack_cols_loops<double>};

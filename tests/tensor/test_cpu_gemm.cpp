@@ -193,7 +193,10 @@ TEST_CASE("GEMM kernels: every instruction set this CPU has, 1-4 threads, the sa
   // every tile shape (6, 8, 12 rows; 16, 32 columns), two k-blocks, and the seed
   // model's 784 x 784 at batch 64.
   const std::vector<Case> cases = {{1, 33, 7},   {7, 100, 45},  {16, 784, 28}, {19, 13, 50},  {37, 61, 33},
-                                   {61, 130, 97}, {25, 1100, 18}, {64, 784, 784}, {100, 17, 129}};
+                                   {61, 130, 97}, {25, 1100, 18}, {64, 784, 784}, {100, 17, 129},
+                                   // a weight gradient's chunk at batch 8 (g^T x: 8 deep), and x W^T
+                                   // of one input feature (a short k with a bias, B's rows contiguous)
+                                   {8, 100, 53},  {40, 1, 37}};
   for (DType dt : {DType::f32, DType::f64})
     for (const Case& cs : cases) {
       const std::string shape = std::string(dtype_name(dt)) + " m=" + std::to_string(cs.m) +
