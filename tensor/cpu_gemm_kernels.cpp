@@ -251,6 +251,60 @@ struct Dots512 {
   }
 };
 
+// ---- few rows, a long k (an input gradient at a small batch) ----
+// tile_b_rows<float, R> on 32 columns at once, B's two vectors per row of k
+// held in registers for all R rows: one chain of fused multiply-adds per
+// element from zero, k ascending, then the bias and the ReLU -- the same bits.
+template <int R>
+void rows_tile(const float* a, int64_t ars, int64_t acs, const float* b, int64_t brs, int64_t k, float* c,
+               int64_t ldc, int64_t cols, const float* bias, bool relu) {
+  const __mmask16 m0 = __mmask16(cols >= 16 ? 0xffffu : (1u << cols) - 1);
+  const __mmask16 m1 = __mmask16(cols >= 32 ? 0xffffu : cols > 16 ? (1u << (cols - 16)) - 1 : 0u);
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t kk = 0; kk < k; ++kk) {
+    __m512 b0 = _mm512_maskz_loadu_ps(m0, b + kk * brs), b1 = _mm512_maskz_loadu_ps(m1, b + kk * brs + 16);
+    __asm__("" : "+v"(b0), "+v"(b1));  // in registers, not read again per FMA
+    for (int r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(a[r * ars + kk * acs]);
+      acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+    }
+  }
+  const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+  const __m512 bias1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) {
+    __m512 x0 = acc[r][0], x1 = acc[r][1];
+    if (bias) {
+      x0 = _mm512_add_ps(x0, bias0);
+      x1 = _mm512_add_ps(x1, bias1);
+    }
+    if (relu) {
+      x0 = Ops::relu(x0);
+      x1 = Ops::relu(x1);
+    }
+    _mm512_mask_storeu_ps(c + r * ldc, m0, x0);
+    _mm512_mask_storeu_ps(c + r * ldc + 16, m1, x1);
+  }
+}
+
+void rows_of_b(const float* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const float* b, int64_t n,
+               int64_t brs, float* c, int64_t ldc, const float* bias, bool relu, const BlockHook<float>& done) {
+  over_tiles((n + 31) / 32, m * k * 32, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t j = t * 32, cols = std::min<int64_t>(32, n - j);
+      for (int64_t i = 0; i < m; i += 8) {
+        const int64_t rows = std::min<int64_t>(8, m - i);
+        with_rows(rows, [&]<int R>() {
+          rows_tile<R>(a + i * ars, ars, acs, b + j, brs, k, c + i * ldc + j, ldc, cols, bias ? bias + j : nullptr,
+                       relu);
+        });
+        if (done.fn) done.fn(done.ctx, c + i * ldc + j, ldc, i, j, rows, cols);
+      }
+    }
+  });
+}
+
 // skinny<float>, with the short-k products above.  The dot-product layout keeps
 // its own kernel (its sums are in another order), as skinny chooses it first.
 bool skinny_f32(const float* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const float* b, int64_t n,
@@ -259,6 +313,10 @@ bool skinny_f32(const float* a, int64_t m, int64_t k, int64_t ars, int64_t acs, 
   const bool dots = m <= kSkinny && acs == 1 && brs == 1 && bcs >= k;
   if (!dots && k >= 1 && k <= kSkinny && bcs == 1 && brs >= n) {
     rank_k(k, a, m, ars, acs, b, n, brs, c, ldc, bias, relu, done);
+    return true;
+  }
+  if (!dots && m <= kSkinny && bcs == 1 && brs >= n) {
+    rows_of_b(a, m, k, ars, acs, b, n, brs, c, ldc, bias, relu, done);
     return true;
   }
   return skinny<float, Dots512>(a, m, k, ars, acs, b, n, brs, bcs, c, ldc, bias, relu, done);
