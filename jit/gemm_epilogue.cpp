@@ -1,6 +1,7 @@
 #include <volt/jit/gemm_epilogue.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <numeric>
 #include <unordered_map>
@@ -103,6 +104,12 @@ struct BlockKernel {
   int64_t n;
 };
 
+// A thread's own copy of a kernel's pointers (reused: no allocation per chunk).
+std::vector<void*>& chunk_args() {
+  static thread_local std::vector<void*> args;
+  return args;
+}
+
 void kernel_on_block(void* ctx, float*, int64_t, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
   const BlockKernel& k = *static_cast<const BlockKernel*>(ctx);
   for (int64_t i = i0; i < i0 + rows; ++i) k.kernel->fn(i * k.n + j0, i * k.n + j0 + cols, k.args, k.seed, k.offset);
@@ -149,12 +156,22 @@ void run_gemm_epilogue(const BoundSymbol& region, const Tensor* operands, float*
   const bool dots = acs == 1 && brs == 1 && bcs >= k;  // a layout the GEMM may take by dot products
   if (k <= kChunkDepth && !dots) {
     const int64_t chunks = m / kRowChunk;  // the last one takes the rest too
-    cpu::parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c) {
-        const int64_t i0 = c * kRowChunk, rows = c + 1 == chunks ? m - i0 : kRowChunk;
-        cpu::gemm_f32(pa + i0 * ars, rows, k, ars, acs, pb, n, brs, bcs, product + i0 * n, n, store);
-        kernel.fn(i0 * n, (i0 + rows) * n, args, rng_seed, rng_offset);
-      }
+    const size_t nargs = static_cast<size_t>(kernel.args);  // the product, the inputs, the outputs
+    cpu::parallel_tasks(chunks, [&](int64_t c) {
+      const int64_t i0 = c * kRowChunk, rows = c + 1 == chunks ? m - i0 : kRowChunk;
+      // The chunk's product goes to a buffer of the thread's own, used again
+      // for every chunk: it stays in the core's cache, and the whole product
+      // is never written back to memory.  The kernel reads element i of the
+      // product at args[0][i], so args[0] is the buffer less the chunk's
+      // first element (as an address: only [i0 n, (i0 + rows) n) is read).
+      static thread_local std::vector<float> buffer;
+      if (buffer.size() < static_cast<size_t>(rows * n)) buffer.resize(static_cast<size_t>(rows * n));
+      cpu::gemm_f32(pa + i0 * ars, rows, k, ars, acs, pb, n, brs, bcs, buffer.data(), n, store);
+      std::vector<void*>& local = chunk_args();
+      local.assign(args, args + nargs);
+      local[0] = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(buffer.data()) -
+                                         static_cast<uintptr_t>(i0 * n) * sizeof(float));
+      kernel.fn(i0 * n, (i0 + rows) * n, local.data(), rng_seed, rng_offset);
     });
     return;
   }

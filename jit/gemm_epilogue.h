@@ -15,9 +15,10 @@
 // Its kernel is the update's kernel (the code generator's, the gradient an
 // input like any other).  At a small batch (the GEMM's depth k up to 64) the
 // region runs in chunks of 48 rows over volt's threads: each chunk of the
-// gradient is made by cpu::gemm_f32 and at once updated by the kernel while
-// it is still in the thread's cache, so the gradient is never read back from
-// memory.  (Applying the kernel in the GEMM's own tile epilogue measured
+// gradient is made by cpu::gemm_f32 into a buffer of the thread's own (one
+// chunk long, used again for the next chunk) and at once updated by the
+// kernel while it is still in the thread's cache, so the gradient is never
+// written to memory nor read back.  (Applying the kernel in the GEMM's own tile epilogue measured
 // slower here: its blocks are 8 to 96 rows of 16 to 128 columns, too short a
 // run for a kernel streaming seven arrays.)  A deeper product is made whole,
 // then updated.

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include <volt/tensor/cpu_gemm.h>
 #include <volt/tensor/cpu_threads.h>
@@ -136,8 +137,11 @@ void pack_cols_f32(const float* x, int64_t live, int64_t kc, int64_t cs, int R, 
     }
 }
 
+// The skinny products' own AVX-512 kernels (skinny_f32).
+#include <volt/tensor/cpu_gemm_skinny_avx512.inc>
+
 // 12 x 32: 24 accumulators of the 32 registers.
-const GemmKernels<float> f32 = {12, 32, packed_tile_vec<__m512, 16, 12, 2, Ops>, skinny<float>, pack_rows_f32,
+const GemmKernels<float> f32 = {12, 32, packed_tile_vec<__m512, 16, 12, 2, Ops>, skinny_f32, pack_rows_f32,
                                 pack_cols_f32};
 const GemmKernels<double> f64 = {8, 16, packed_tile_loops<double, 8, 16>, skinny<double>,
                                   pack_rows_loops<double>, pack_cols_loops<double>};

@@ -199,7 +199,10 @@ TEST_CASE("GEMM kernels: every instruction set this CPU has, 1-4 threads, the sa
   // every tile shape (6, 8, 12 rows; 16, 32 columns), two k-blocks, and the seed
   // model's 784 x 784 at batch 64.
   const std::vector<Case> cases = {{1, 33, 7},   {7, 100, 45},  {16, 784, 28}, {19, 13, 50},  {37, 61, 33},
-                                   {61, 130, 97}, {25, 1100, 18}, {64, 784, 784}, {100, 17, 129}};
+                                   {61, 130, 97}, {25, 1100, 18}, {64, 784, 784}, {100, 17, 129},
+                                   // a weight gradient's chunk at batch 8 (g^T x: 8 deep), and x W^T
+                                   // of one input feature (a short k with a bias, B's rows contiguous)
+                                   {8, 100, 53},  {40, 1, 37}};
   for (DType dt : {DType::f32, DType::f64})
     for (const Case& cs : cases) {
       const std::string shape = std::string(dtype_name(dt)) + " m=" + std::to_string(cs.m) +
@@ -283,6 +286,61 @@ TEST_CASE("cpu_linear_relu: bias and ReLU in the GEMM's store equal relu(linear)
   Tensor x = sample({4, 6}, DType::f32, 44), w = sample({3, 5}, DType::f32, 45);
   Tensor out = Tensor::zeros({4, 3}, DType::f32);
   CHECK_THROWS_WITH_AS(cpu_linear_relu(x, w, nullptr, out), doctest::Contains("linear_relu"), Error);
+}
+
+TEST_CASE("skinny kernels: a bias and the ReLU in the store, and partial column tiles, are the fma chain") {
+  // gemm_f32 with its store on the three layouts the skinny kernels take (a
+  // short k with B's rows contiguous, few rows against a long k, and A's rows
+  // against B's columns), every instruction set: each element the chain of
+  // fused multiply-adds from zero (dot products: the kernel's lane sums),
+  // then + bias, then max(., 0).
+  KernelScope scope;
+  struct Case {
+    int64_t m, k, n;
+    bool b_rows;  // B's rows contiguous (else its columns)
+  };
+  for (const Case cs : {Case{37, 8, 45, true}, Case{5, 13, 70, true}, Case{7, 40, 37, true}, Case{16, 300, 33, true},
+                        Case{8, 53, 9, false}}) {
+    Tensor a = sample({cs.m, cs.k}, DType::f32, 71), bt = sample({cs.k, cs.n}, DType::f32, 72);
+    Tensor bias = sample({cs.n}, DType::f32, 73);
+    // The same B as (k, n) with rows contiguous, or as its transpose's storage.
+    const Tensor b_store = cs.b_rows ? bt : bt.t().contiguous();
+    const std::vector<float> av = a.to_vector<float>(), bv = bt.to_vector<float>(), biasv = bias.to_vector<float>();
+    std::vector<float> want(size_t(cs.m * cs.n));
+    for (int64_t i = 0; i < cs.m; ++i)
+      for (int64_t j = 0; j < cs.n; ++j) {
+        float acc = 0;
+        for (int64_t p = 0; p < cs.k; ++p) acc = std::fma(av[size_t(i * cs.k + p)], bv[size_t(p * cs.n + j)], acc);
+        const float v = acc + biasv[size_t(j)];
+        want[size_t(i * cs.n + j)] = v > 0 ? v : 0;
+      }
+    std::vector<float> first;
+    for (cpu::Isa isa : machine_isas())
+      for (int threads : {1, 2}) {
+        cpu::set_isa(isa);
+        cpu::set_num_threads(threads);
+        const std::string label = std::string(cpu::isa_name(isa)) + " threads=" + std::to_string(threads) +
+                                  " m=" + std::to_string(cs.m) + " k=" + std::to_string(cs.k) +
+                                  " n=" + std::to_string(cs.n);
+        cpu::GemmStore store;
+        store.bias = bias.data_ptr<float>();
+        store.relu = true;
+        std::vector<float> c(size_t(cs.m * cs.n), -1.0f);
+        const float* pb = b_store.data_ptr<float>();
+        if (cs.b_rows)
+          cpu::gemm_f32(a.data_ptr<float>(), cs.m, cs.k, cs.k, 1, pb, cs.n, cs.n, 1, c.data(), cs.n, store);
+        else
+          cpu::gemm_f32(a.data_ptr<float>(), cs.m, cs.k, cs.k, 1, pb, cs.n, 1, cs.k, c.data(), cs.n, store);
+        INFO(label);
+        if (cs.b_rows) {
+          CHECK(std::memcmp(c.data(), want.data(), c.size() * sizeof(float)) == 0);
+        } else {  // the dot-product kernel sums in lanes: against the first run, and close to the chain
+          if (first.empty()) first = c;
+          CHECK(std::memcmp(c.data(), first.data(), c.size() * sizeof(float)) == 0);
+          for (size_t e = 0; e < c.size(); ++e) CHECK(std::fabs(c[e] - want[e]) < 1e-4);
+        }
+      }
+  }
 }
 
 TEST_CASE("thread pool: every task runs once, nested regions run serially, bad counts fail") {
