@@ -11,10 +11,13 @@
 
 #include <volt/tensor/conv.h>
 #include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu_window.h>
 
 namespace volt {
 
 namespace {
+
+using cpu::PlaneWindow;
 
 // body(p) for every plane p, the planes split over volt's threads when the
 // elements touched (`work`) are enough to pay for it.
@@ -31,48 +34,18 @@ struct Geometry {
   Window2d win;
 };
 
-// The range [lo, hi) of output positions o whose input position
-// o * stride - pad + k * dil lies in [0, size).
-void valid_range(int64_t out, int64_t size, int64_t stride, int64_t off, int64_t* lo, int64_t* hi) {
-  // o * stride + off >= 0  and  o * stride + off < size
-  int64_t l = off >= 0 ? 0 : (-off + stride - 1) / stride;
-  int64_t h = size - off <= 0 ? 0 : (size - off + stride - 1) / stride;
-  *lo = std::min(l, out);
-  *hi = std::max(*lo, std::min(h, out));
-}
+PlaneWindow plane_window(const Geometry& g) { return {g.h, g.w, g.oh, g.ow, g.win}; }
 
 // x: (N, C, H, W) contiguous -> cols (N, C * kh * kw, OH * OW)
 template <class T>
 void im2col_kernel(const T* x, T* cols, const Geometry& g) {
   const Window2d& k = g.win;
-  const int64_t planes = g.n * g.c, kk = k.kernel[0] * k.kernel[1], len = g.oh * g.ow;
+  const PlaneWindow pw = plane_window(g);
+  const int64_t planes = g.n * g.c, kk = k.kernel[0] * k.kernel[1], len = pw.len();
   for_each_plane(planes, planes * kk * len, [&](int64_t p) {
-    const T* xp = x + p * g.h * g.w;
-    T* cp = cols + p * kk * len;
-    for (int64_t i = 0; i < k.kernel[0]; ++i) {
-      const int64_t hoff = i * k.dilation[0] - k.padding[0];
-      int64_t oh_lo, oh_hi;
-      valid_range(g.oh, g.h, k.stride[0], hoff, &oh_lo, &oh_hi);
-      for (int64_t j = 0; j < k.kernel[1]; ++j) {
-        const int64_t woff = j * k.dilation[1] - k.padding[1];
-        int64_t ow_lo, ow_hi;
-        valid_range(g.ow, g.w, k.stride[1], woff, &ow_lo, &ow_hi);
-        T* row = cp + (i * k.kernel[1] + j) * len;
-        std::fill(row, row + oh_lo * g.ow, T(0));
-        for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
-          T* r = row + oh * g.ow;
-          const T* src = xp + (oh * k.stride[0] + hoff) * g.w + woff;
-          std::fill(r, r + ow_lo, T(0));
-          if (k.stride[1] == 1) {
-            std::memcpy(r + ow_lo, src + ow_lo, sizeof(T) * (ow_hi - ow_lo));
-          } else {
-            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) r[ow] = src[ow * k.stride[1]];
-          }
-          std::fill(r + ow_hi, r + g.ow, T(0));
-        }
-        std::fill(row + oh_hi * g.ow, row + len, T(0));
-      }
-    }
+    for (int64_t i = 0; i < k.kernel[0]; ++i)
+      for (int64_t j = 0; j < k.kernel[1]; ++j)
+        im2col_plane_row(x + p * g.h * g.w, pw, i, j, cols + (p * kk + i * k.kernel[1] + j) * len);
   });
 }
 
@@ -80,33 +53,10 @@ void im2col_kernel(const T* x, T* cols, const Geometry& g) {
 // entry read from each input element, in the order (i, j, oh, ow).
 template <class T>
 void col2im_kernel(const T* cols, T* x, const Geometry& g) {
-  const Window2d& k = g.win;
-  const int64_t planes = g.n * g.c, kk = k.kernel[0] * k.kernel[1], len = g.oh * g.ow;
-  for_each_plane(planes, planes * kk * len, [&](int64_t p) {
-    T* xp = x + p * g.h * g.w;
-    const T* cp = cols + p * kk * len;
-    std::fill(xp, xp + g.h * g.w, T(0));
-    for (int64_t i = 0; i < k.kernel[0]; ++i) {
-      const int64_t hoff = i * k.dilation[0] - k.padding[0];
-      int64_t oh_lo, oh_hi;
-      valid_range(g.oh, g.h, k.stride[0], hoff, &oh_lo, &oh_hi);
-      for (int64_t j = 0; j < k.kernel[1]; ++j) {
-        const int64_t woff = j * k.dilation[1] - k.padding[1];
-        int64_t ow_lo, ow_hi;
-        valid_range(g.ow, g.w, k.stride[1], woff, &ow_lo, &ow_hi);
-        const T* row = cp + (i * k.kernel[1] + j) * len;
-        for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
-          const T* r = row + oh * g.ow;
-          T* dst = xp + (oh * k.stride[0] + hoff) * g.w + woff;
-          if (k.stride[1] == 1) {
-            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow] += r[ow];
-          } else {
-            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow * k.stride[1]] += r[ow];
-          }
-        }
-      }
-    }
-  });
+  const PlaneWindow pw = plane_window(g);
+  const int64_t planes = g.n * g.c, kk = g.win.kernel[0] * g.win.kernel[1], len = pw.len();
+  for_each_plane(planes, planes * kk * len,
+                 [&](int64_t p) { col2im_plane(cols + p * kk * len, pw, x + p * g.h * g.w); });
 }
 
 // The position (in its plane) of the first maximal element of output (oh, ow)'s

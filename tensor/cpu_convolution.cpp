@@ -22,6 +22,7 @@
 #include <volt/tensor/conv.h>
 #include <volt/tensor/cpu_gemm.h>
 #include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu_window.h>
 
 namespace volt {
 
@@ -52,6 +53,7 @@ struct Geo {
   int64_t kk() const { return win.kernel[0] * win.kernel[1]; }
   int64_t K() const { return c * kk(); }
   int64_t L() const { return oh * ow; }
+  cpu::PlaneWindow plane() const { return {h, w, oh, ow, win}; }
 };
 
 // Per-thread scratch, reused from call to call.
@@ -67,37 +69,11 @@ T* scratch_at_least(int which, int64_t n) {
   return v.data();
 }
 
-// The range [lo, hi) of output positions o whose input position
-// o * stride + off lies in [0, size).
-void valid_range(int64_t out, int64_t size, int64_t stride, int64_t off, int64_t* lo, int64_t* hi) {
-  int64_t l = off >= 0 ? 0 : (-off + stride - 1) / stride;
-  int64_t h = size - off <= 0 ? 0 : (size - off + stride - 1) / stride;
-  *lo = std::min(l, out);
-  *hi = std::max(*lo, std::min(h, out));
-}
-
-// Row r = (ci, i, j) of one image's im2col columns: dst[oh * OW + ow] =
-// x[ci, oh * sh - ph + i * dh, ow * sw - pw + j * dw] (0 outside).
+// Row r = (ci, i, j) of one image's im2col columns.
 template <class T>
 void im2col_row(const T* x, const Geo& g, int64_t r, T* dst) {
-  const Window2d& k = g.win;
-  const int64_t ci = r / g.kk(), i = (r % g.kk()) / k.kernel[1], j = r % k.kernel[1];
-  const T* xp = x + ci * g.h * g.w;
-  const int64_t hoff = i * k.dilation[0] - k.padding[0], woff = j * k.dilation[1] - k.padding[1];
-  int64_t oh_lo, oh_hi, ow_lo, ow_hi;
-  valid_range(g.oh, g.h, k.stride[0], hoff, &oh_lo, &oh_hi);
-  valid_range(g.ow, g.w, k.stride[1], woff, &ow_lo, &ow_hi);
-  std::fill(dst, dst + oh_lo * g.ow, T(0));
-  for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
-    T* d = dst + oh * g.ow;
-    const T* src = xp + (oh * k.stride[0] + hoff) * g.w + woff;
-    std::fill(d, d + ow_lo, T(0));
-    if (k.stride[1] == 1) std::memcpy(d + ow_lo, src + ow_lo, sizeof(T) * (ow_hi - ow_lo));
-    else
-      for (int64_t ow = ow_lo; ow < ow_hi; ++ow) d[ow] = src[ow * k.stride[1]];
-    std::fill(d + ow_hi, d + g.ow, T(0));
-  }
-  std::fill(dst + oh_hi * g.ow, dst + g.L(), T(0));
+  const int64_t ci = r / g.kk(), i = (r % g.kk()) / g.win.kernel[1], j = r % g.win.kernel[1];
+  cpu::im2col_plane_row(x + ci * g.h * g.w, g.plane(), i, j, dst);
 }
 
 // Columns (K, L) of one image -> its plane gradient (C, H, W): each entry added
@@ -105,31 +81,7 @@ void im2col_row(const T* x, const Geo& g, int64_t r, T* dst) {
 // (col2im's order).
 template <class T>
 void col2im_image(const T* cols, const Geo& g, T* x) {
-  const Window2d& k = g.win;
-  const int64_t L = g.L();
-  std::fill(x, x + g.c * g.h * g.w, T(0));
-  for (int64_t ci = 0; ci < g.c; ++ci) {
-    T* xp = x + ci * g.h * g.w;
-    for (int64_t i = 0; i < k.kernel[0]; ++i) {
-      const int64_t hoff = i * k.dilation[0] - k.padding[0];
-      int64_t oh_lo, oh_hi;
-      valid_range(g.oh, g.h, k.stride[0], hoff, &oh_lo, &oh_hi);
-      for (int64_t j = 0; j < k.kernel[1]; ++j) {
-        const int64_t woff = j * k.dilation[1] - k.padding[1];
-        int64_t ow_lo, ow_hi;
-        valid_range(g.ow, g.w, k.stride[1], woff, &ow_lo, &ow_hi);
-        const T* row = cols + ((ci * k.kernel[0] + i) * k.kernel[1] + j) * L;
-        for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
-          const T* r = row + oh * g.ow;
-          T* dst = xp + (oh * k.stride[0] + hoff) * g.w + woff;
-          if (k.stride[1] == 1)
-            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow] += r[ow];
-          else
-            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow * k.stride[1]] += r[ow];
-        }
-      }
-    }
-  }
+  for (int64_t ci = 0; ci < g.c; ++ci) cpu::col2im_plane(cols + ci * g.kk() * g.L(), g.plane(), x + ci * g.h * g.w);
 }
 
 // C (m, n; row stride ldc) (= or +=) Ap Bp for one k block of packed panels:

@@ -66,11 +66,9 @@ const GemmKernels<double>& gemm_kernels_f64();
 // its element (i0, j0); ldc is C's row stride.  Blocks are disjoint and cover C
 // exactly once; different threads may run it at the same time on different
 // blocks, so it must only touch its own block (and data indexed by it).
+// (The kernels' own BlockHook: the same function and context.)
 template <class T>
-struct BasicGemmEpilogue {
-  void (*fn)(void* ctx, T* c, int64_t ldc, int64_t i0, int64_t j0, int64_t rows, int64_t cols) = nullptr;
-  void* ctx = nullptr;
-};
+using BasicGemmEpilogue = BlockHook<T>;
 template <class T>
 struct BasicGemmStore {
   const T* bias = nullptr;    // bias[j] per column of C, or bias[i] per row when bias_per_row

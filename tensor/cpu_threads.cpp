@@ -186,11 +186,9 @@ class Pool {
   void run(int64_t tasks, void (*fn)(const void*, int64_t), const void* ctx) {
     std::unique_lock<std::mutex> lock(run_mutex_, std::try_to_lock);
     int threads = threads_.load(std::memory_order_relaxed);
-    const auto start = Clock::now();
-    if (tasks > 1 && threads > 1 && !in_region && lock.owns_lock() && tasks <= kMaxTasks)
-      threads = contention_.threads_for(threads, 1 + awake_.load(std::memory_order_relaxed), start);
-    else
-      threads = 1;
+    if (tasks <= 1 || in_region || !lock.owns_lock() || tasks > kMaxTasks) threads = 1;
+    const auto start = threads > 1 ? Clock::now() : Clock::time_point{};
+    if (threads > 1) threads = contention_.threads_for(threads, 1 + awake_.load(std::memory_order_relaxed), start);
     if (threads <= 1) {
       for (int64_t t = 0; t < tasks; ++t) fn(ctx, t);
       return;
