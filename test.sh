@@ -31,6 +31,14 @@ if [ -f "$sim" ]; then
   if [ -x build/bench/volt_bench ]; then
     LD_PRELOAD="$PWD/$sim" ./build/bench/volt_bench --device cuda --batch 8 --steps 2 --smoke >/dev/null
   fi
+  # The GPU node's check (tests/gpu/), every step of it on the simulated GPU:
+  # a pack with a few kernels and a small random MNIST, then check.sh's dry run.
+  echo "volt: tests/gpu/pack.sh and check.sh --dry-run on the simulated GPU"
+  gpu_tmp=$(mktemp -d)
+  tests/gpu/pack.sh "$gpu_tmp/pack" --data-dir "$gpu_tmp/none" --synthetic-data --kernel-limit 3 >/dev/null
+  tests/gpu/check.sh "$gpu_tmp/pack" "$gpu_tmp/out" --dry-run >/dev/null ||
+    { cat "$gpu_tmp/out/report.md" "$gpu_tmp/out/log.txt" >&2; exit 1; }
+  rm -rf "$gpu_tmp"
 fi
 # The whole suite again under AddressSanitizer and UndefinedBehaviorSanitizer
 # (tests/sanitize.sh, its own build-asan folder); VOLT_SANITIZE=0 skips it.

@@ -228,8 +228,10 @@ Metric measure_cublas_floor(int64_t batch, int reps) {
   VOLT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&A), big));
   VOLT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&B), big));
   VOLT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&C), big));
-  VOLT_CUDA_CHECK(cudaMemset(A, 0, big));
-  VOLT_CUDA_CHECK(cudaMemset(B, 0, big));
+  // On volt's stream, the one the GEMMs below run on (cudaMemset would use the
+  // legacy default stream, which volt's non-blocking stream does not wait for).
+  VOLT_CUDA_CHECK(cudaMemsetAsync(A, 0, big, s));
+  VOLT_CUDA_CHECK(cudaMemsetAsync(B, 0, big, s));
   const float one = 1, zero = 0;
   auto gemm = [&](int64_t m, int64_t n, int64_t k, bool ta, bool tb) {
     // Row-major C(m, n) = op(A) op(B); call column-major C^T = op(B)^T op(A)^T.

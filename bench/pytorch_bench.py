@@ -1,13 +1,17 @@
 #!/usr/bin/python3
 """The PyTorch (Python) baseline: the model, recipe and timing rule of
 bench/volt_bench.cpp and bench/libtorch_bench.cpp, through Debian's
-python3-torch (CPU).
+python3-torch (CPU) or any PyTorch on a GPU node.
 
-    /usr/bin/python3 bench/pytorch_bench.py [--batch 8,256] [--steps N] [--threads N] [--json]
+    python3 bench/pytorch_bench.py [--batch 8,256] [--steps N] [--threads N] [--json]
+    python3 bench/pytorch_bench.py --device cuda --modes eager,compile,reduce-overhead
 
-The batches are drawn by torch's own generator (same distribution as the C++
-benches, not the same numbers; the timing does not depend on them).  Threads:
-$OMP_NUM_THREADS, else one per core, as volt's OpenMP uses.
+Modes: eager; compile (torch.compile's default mode on the model and its
+loss, the optimizer eager); reduce-overhead (the same compiled into CUDA
+graphs).  On a GPU each timed step ends with torch.cuda.synchronize(), as
+volt_bench's CUDA cells do.  The batches are drawn by torch's own generator
+(same distribution as the C++ benches, not the same numbers; the timing does
+not depend on them).  Threads: $OMP_NUM_THREADS, else one per core.
 """
 import argparse
 import json
@@ -59,49 +63,79 @@ def time_steps(step, steps):
     return len(us), statistics.median(us), min(us)
 
 
+def run_cell(a, batch, device, mode):
+    """Times training and evaluation steps of one batch size in one mode."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    net = make_model().to(device).train()
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    gen = torch.Generator().manual_seed(1000)
+    data = [(torch.rand(batch, FEATURES, generator=gen).to(device),
+             torch.randint(0, CLASSES, (batch,), generator=gen).to(device)) for _ in range(HELD)]
+    forward = lambda x, y: loss_fn(net(x), y)
+    if mode != "eager":
+        forward = torch.compile(forward, mode=None if mode == "compile" else "reduce-overhead")
+    k = [0]
+
+    def train_step():
+        x, y = data[k[0] % HELD]
+        k[0] += 1
+        loss = forward(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sync()
+
+    def eval_step():
+        x, _ = data[k[0] % HELD]
+        k[0] += 1
+        net(x)
+        sync()
+
+    t0 = time.perf_counter()
+    train_step()  # the first call compiles, in the compiled modes
+    first_ms = (time.perf_counter() - t0) * 1e3
+    results = [("train", time_steps(train_step, a.steps))]
+    if mode == "eager":
+        net.eval()
+        with torch.no_grad():
+            results.append(("eval", time_steps(eval_step, a.steps)))
+    name = "pytorch" if mode == "eager" else "pytorch-" + mode
+    for phase, (n, median, least) in results:
+        cell = {"mode": name, "device": device, "phase": phase, "batch": batch, "steps": n,
+                "median_us": round(median, 2), "min_us": round(least, 2),
+                "steps_per_s": round(1e6 / median, 2), "samples_per_s": round(1e6 / median * batch, 1),
+                "first_call_ms": round(first_ms, 1)}
+        if a.json:
+            print(json.dumps(cell, separators=(",", ":")), flush=True)
+        else:
+            print(f"{name} {device} {phase:5} batch {batch:5}: median {median:10.1f} us, min {least:10.1f} us, "
+                  f"{1e6 / median:9.1f} steps/s, {1e6 / median * batch:10.0f} samples/s", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", default="8,64,256,1024")
     ap.add_argument("--steps", type=int, default=0)
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--modes", default="eager", help="eager,compile,reduce-overhead")
+    ap.add_argument("--compile-batch", default="8,1024",
+                    help="the batch sizes the compiled modes run (each compile takes seconds)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    for batch in [int(b) for b in a.batch.split(",")]:
-        net = make_model().train()
-        opt = torch.optim.Adam(net.parameters(), lr=1e-3)
-        loss_fn = nn.CrossEntropyLoss()
-        gen = torch.Generator().manual_seed(1000)
-        data = [(torch.rand(batch, FEATURES, generator=gen), torch.randint(0, CLASSES, (batch,), generator=gen))
-                for _ in range(HELD)]
-        k = [0]
-
-        def train_step():
-            x, y = data[k[0] % HELD]
-            k[0] += 1
-            loss = loss_fn(net(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-
-        def eval_step():
-            x, _ = data[k[0] % HELD]
-            k[0] += 1
-            net(x)
-
-        results = [("train", time_steps(train_step, a.steps))]
-        net.eval()
-        with torch.no_grad():
-            results.append(("eval", time_steps(eval_step, a.steps)))
-        for phase, (n, median, least) in results:
-            cell = {"mode": "pytorch", "device": "cpu", "phase": phase, "batch": batch, "steps": n,
-                    "median_us": round(median, 2), "min_us": round(least, 2),
-                    "steps_per_s": round(1e6 / median, 2), "samples_per_s": round(1e6 / median * batch, 1)}
-            if a.json:
-                print(json.dumps(cell, separators=(",", ":")), flush=True)
-            else:
-                print(f"pytorch cpu {phase:5} batch {batch:5}: median {median:10.1f} us, min {least:10.1f} us, "
-                      f"{1e6 / median:9.1f} steps/s, {1e6 / median * batch:10.0f} samples/s", flush=True)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("pytorch_bench.py: --device cuda, but torch sees no GPU")
+    modes = [m for m in a.modes.split(",") if m]
+    for m in modes:
+        if m not in ("eager", "compile", "reduce-overhead"):
+            raise SystemExit(f"pytorch_bench.py: unknown mode {m!r} (eager, compile, reduce-overhead)")
+    compiled_batches = {int(b) for b in a.compile_batch.split(",") if b}
+    for mode in modes:
+        for batch in [int(b) for b in a.batch.split(",")]:
+            if mode == "eager" or batch in compiled_batches:
+                run_cell(a, batch, a.device, mode)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ struct CompiledStep::Entry {
   bool graphed = false;  // the last run replayed `graph`
 #ifdef VOLT_WITH_CUDA
   std::unique_ptr<cuda::StepGraph> graph;
+  std::string graph_refused;  // why a capture failed: the step then runs launch by launch
 #endif
 };
 
@@ -239,10 +240,20 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
 #ifdef VOLT_WITH_CUDA
   // A GPU step runs once as it is (kernels compile, the allocator fills its
   // cache), then is captured, then replayed.
-  if (!e.plan && options_.cuda_graph && (e.graph || cuda::StepGraph::applies(e.traces.back(), state_, args))) {
-    if (!e.graph && e.runs > 0)
-      e.graph = std::make_unique<cuda::StepGraph>(e.traces.back(), state_, args, e.constants, e.num_outputs,
-                                                  e.updated_state);
+  if (!e.plan && options_.cuda_graph && e.graph_refused.empty() &&
+      (e.graph || cuda::StepGraph::applies(e.traces.back(), state_, args))) {
+    if (!e.graph && e.runs > 0) {
+      try {
+        e.graph = std::make_unique<cuda::StepGraph>(e.traces.back(), state_, args, e.constants, e.num_outputs,
+                                                    e.updated_state);
+      } catch (const Error& err) {
+        // A driver may refuse a capture that the simulator took; the step is
+        // still right launch by launch, only slower, and says so once.
+        e.graph_refused = err.what();
+        std::cerr << "volt.jit: compile_step runs launch by launch, its CUDA graph capture failed: "
+                  << e.graph_refused << "\n";
+      }
+    }
     if (e.graph) {
       ++e.runs;
       e.graphed = true;

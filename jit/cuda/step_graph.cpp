@@ -28,6 +28,20 @@ namespace {
 // index out of range in the device's error word (runtime.h), reported with
 // the same message as the fused cross_entropy kernel's at the first
 // synchronisation after the replay.
+cudaKernel_t target_check_kernel(int dev) {
+  return vc::cached_kernel("volt_target_range_check", dev, [] {
+    return std::string(
+        "extern \"C\" __global__ void volt_target_range_check(const long long* t, long long n, long long c,\n"
+        "                                                     long long* err) {\n"
+        "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+        "       i += (long long)blockDim.x * gridDim.x) {\n"
+        "    const long long k = t[i];\n"
+        "    if (k < 0 || k >= c) { err[1] = k; err[2] = c; err[0] = 1; }\n"
+        "  }\n"
+        "}\n");
+  });
+}
+
 int64_t device_target_check() {
   static const int64_t id = [] {
     CustomOpDef def;
@@ -41,17 +55,7 @@ int64_t device_target_check() {
       const int dev = target.device().index;
       const Tensor t = vc::contiguous_on_device(target.dtype() == DType::i64 ? target
                                                                              : convert_element_type(target, DType::i64));
-      cudaKernel_t k = vc::cached_kernel("volt_target_range_check", dev, [] {
-        return std::string(
-            "extern \"C\" __global__ void volt_target_range_check(const long long* t, long long n, long long c,\n"
-            "                                                     long long* err) {\n"
-            "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
-            "       i += (long long)blockDim.x * gridDim.x) {\n"
-            "    const long long k = t[i];\n"
-            "    if (k < 0 || k >= c) { err[1] = k; err[2] = c; err[0] = 1; }\n"
-            "  }\n"
-            "}\n");
-      });
+      cudaKernel_t k = target_check_kernel(dev);
       const void* tp = t.raw_data();
       long long n = t.numel(), c = static_cast<long long>(args.at(1).scalar.value);
       long long* err = vc::error_word(dev);
@@ -64,12 +68,18 @@ int64_t device_target_check() {
   return id;
 }
 
-void use_device_checks(std::vector<BoundSymbol>& bsyms) {
+// Returns whether any check was moved onto the device (its kernel is then
+// loaded before the capture starts).
+bool use_device_checks(std::vector<BoundSymbol>& bsyms) {
+  bool any = false;
   for (BoundSymbol& b : bsyms) {
-    if (b.call.op == OpId::custom && std::string(op_name(b.call)) == "check_target_range")
+    if (b.call.op == OpId::custom && std::string(op_name(b.call)) == "check_target_range") {
       b.call = custom_call(device_target_check(), b.call.args);
-    use_device_checks(b.subsymbols);
+      any = true;
+    }
+    any = use_device_checks(b.subsymbols) || any;
   }
+  return any;
 }
 
 // Factories (arange) compute on the host and copy to the device, which a
@@ -211,7 +221,7 @@ StepGraph::StepGraph(const Trace& trace, const std::vector<Tensor>& state, const
   }
   std::vector<Tensor> hoisted;
   Trace program = hoist_factories(trace, hoisted);
-  use_device_checks(program.bsyms);
+  if (use_device_checks(program.bsyms)) target_check_kernel(G.device);
   for (const Tensor& a : args) G.static_args.push_back(Tensor::empty(a.sizes(), a.dtype(), a.device()));
   if (G.rng_total) G.rng_word = Tensor::zeros({2}, DType::i64, state.front().device());
   std::vector<Tensor> inputs = state;

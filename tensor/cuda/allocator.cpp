@@ -99,6 +99,12 @@ void* device_allocate(size_t nbytes, int device) {
       release_cached(p);
       e = cudaMalloc(&ptr, size);
     }
+    if (e != cudaSuccess && e != cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      VOLT_FAIL("cuda allocator", "cudaMalloc of " << nbytes << " bytes on cuda:" << device << " failed with "
+                                                   << cudaGetErrorName(e) << " (" << cudaGetErrorString(e) << ")"
+                                                   << sticky_note(e));
+    }
     if (e != cudaSuccess) {
       cudaGetLastError();
       VOLT_FAIL("cuda allocator", "out of memory on cuda:" << device << " allocating " << nbytes << " bytes ("

@@ -350,8 +350,11 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // Only devices volt has used: asking an untouched one would create a
+  // context on every visible GPU.
   void synchronize() override {
-    for (int d = 0; d < device_count(); ++d) cuda::synchronize(d);
+    for (int d = 0; d < device_count(); ++d)
+      if (cuda::is_initialized(d)) cuda::synchronize(d);
   }
 };
 

@@ -15,6 +15,14 @@ namespace volt::cuda {
 namespace {
 std::atomic<int64_t> g_graph_launches{0};
 thread_local void* t_rng_word = nullptr;
+
+cudaKernel_t rng_advance_kernel(int device) {
+  static const std::string src =
+      "extern \"C\" __global__ void volt_rng_advance(unsigned long long* word, unsigned long long n) {\n"
+      "  if (blockIdx.x == 0 && threadIdx.x == 0) word[1] += n;\n"
+      "}\n";
+  return get_kernel(src, "volt_rng_advance", device);
+}
 }  // namespace
 
 Graph::~Graph() {
@@ -30,6 +38,10 @@ void Graph::capture(int device, const std::function<void()>& work) {
   device_ = device;
   DeviceGuard guard(device);
   cudaStream_t s = stream(device);
+  // First-use work that a capture must not meet: the kernels a graph adds of
+  // its own are compiled and loaded, and the error word allocated, now.
+  rng_advance_kernel(device);
+  error_word(device);
   pool_ = begin_private_pool(device);
   // Relaxed: the allocator may still need a cudaMalloc for a block the
   // recorded work asks for (memory is not a node of the graph).
@@ -78,11 +90,7 @@ RngWordScope::RngWordScope(void* word) : prev_(t_rng_word) { t_rng_word = word; 
 RngWordScope::~RngWordScope() { t_rng_word = prev_; }
 
 void advance_rng_offset(void* word, uint64_t n, int device) {
-  static const std::string src =
-      "extern \"C\" __global__ void volt_rng_advance(unsigned long long* word, unsigned long long n) {\n"
-      "  if (blockIdx.x == 0 && threadIdx.x == 0) word[1] += n;\n"
-      "}\n";
-  cudaKernel_t k = get_kernel(src, "volt_rng_advance", device);
+  cudaKernel_t k = rng_advance_kernel(device);
   unsigned long long count = n;
   void* params[] = {&word, &count};
   launch(k, device, dim3(1), dim3(1), params);

@@ -77,8 +77,8 @@ std::string elementwise_source(const ElementwiseSpec& s) {
          << (s.strided ? "off[" + std::to_string(k + 1) + "]" : std::string("i")) << "];\n";
   }
   std::string expr = fill_op_expr(info.expr, names, "R");  // R: a typedef; "unsigned char(1)" would not parse
-  // Integer powers: CUDA has no pow(int, int); the CPU computes them in double too.
-  if (s.op == OpId::pow && !is_floating(s.compute)) expr = "pow((double)a, (double)b)";
+  // Integer powers: CUDA has no pow(int, int); volt_ipow (the prelude) is exact.
+  if (s.op == OpId::pow && !is_floating(s.compute)) expr = "volt_ipow((long long)a, (long long)b)";
   os << "    out[" << (s.strided ? "off[0]" : "i") << "] = (R)(" << expr << ");\n";
   os << "  }\n}\n";
   return os.str();

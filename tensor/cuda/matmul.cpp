@@ -2,6 +2,8 @@
 // C (m, n) = A (m, k) B (k, n) is the column-major C^T = B^T A^T, so B is
 // passed first.  A transposed view (linear's w^T, the grads' x^T) is read in
 // place with op T; anything else oddly strided is packed once.
+#include <initializer_list>
+#include <limits>
 #include <optional>
 
 #include <volt/tensor/cuda/backend.h>
@@ -22,6 +24,14 @@ std::optional<GemmOperand> gemm_operand(const Shape& sizes, const Shape& strides
 
 namespace {
 
+// cuBLAS takes sizes, leading dimensions and batch counts as int: a larger
+// one is refused with a message instead of wrapping around.
+void check_cublas_sizes(std::initializer_list<int64_t> sizes) {
+  for (int64_t v : sizes)
+    VOLT_CHECK(v <= std::numeric_limits<int>::max(), "matmul",
+               "a size of " << v << " is beyond cuBLAS's int sizes (at most " << std::numeric_limits<int>::max() << ")");
+}
+
 std::optional<GemmOperand> layout_of(const Tensor& t) { return gemm_operand(t.sizes(), t.strides()); }
 
 // out (m, n), contiguous = a (m, k) @ b (k, n), beta * out added (bias pre-filled).
@@ -37,6 +47,7 @@ void gemm_2d(const Tensor& a0, const Tensor& b0, const Tensor& out, double beta)
     b = contiguous_on_device(b);
     lb = layout_of(b);
   }
+  check_cublas_sizes({a.size(-2), a.size(-1), b.size(-1), la->ld, lb->ld});
   const int m = static_cast<int>(a.size(-2)), k = static_cast<int>(a.size(-1)), n = static_cast<int>(b.size(-1));
   cublasHandle_t h = cublas_handle(dev);
   DeviceGuard g(dev);
@@ -86,6 +97,7 @@ void cublas_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out) {
   strided_copy(ac, a.expand(ash));
   strided_copy(bc, b.expand(bsh));
   const int dev = out.device().index;
+  check_cublas_sizes({m, n, k, shape_numel(batch)});
   const int batches = static_cast<int>(shape_numel(batch));
   cublasHandle_t h = cublas_handle(dev);
   DeviceGuard g(dev);

@@ -30,6 +30,17 @@ struct volt_index {
   long long stride[4][8];
 };
 static_assert(sizeof(volt_index) == 328, "volt_index must match the host's Index (tensor/cuda/backend.cpp)");
+// Integer powers exactly, by squaring (CUDA's double pow may land one ulp
+// under an exact integer, which the cast to an integer type then truncates).
+// A negative exponent goes through double, as on the CPU: 1 and -1 stay
+// exact, any other base gives a fraction whose cast is 0.
+__device__ inline long long volt_ipow(long long a, long long b) {
+  if (b < 0) return (long long)pow((double)a, (double)b);
+  unsigned long long r = 1, x = (unsigned long long)a;
+  for (unsigned long long e = (unsigned long long)b; e; e >>= 1, x *= x)
+    if (e & 1) r *= x;
+  return (long long)r;
+}
 __device__ inline void volt_offsets(const volt_index& ix, long long i, long long* off, int k) {
   for (int j = 0; j < k; ++j) off[j] = 0;
   for (int d = ix.ndim - 1; d >= 0; --d) {
@@ -106,6 +117,7 @@ bool nvrtc_knows(int cc) {
 std::mutex g_mutex;
 CompileCounters g_counters;
 std::unordered_map<std::string, cudaLibrary_t> g_libraries;  // key -> loaded library
+std::unordered_map<cudaKernel_t, std::string> g_kernel_names;  // for messages after a kernel failed
 
 }  // namespace
 
@@ -135,12 +147,70 @@ std::string compile_ptx(const std::string& source, const std::string& arch, bool
   return run_nvrtc(source, arch, false, fast_compile).code;
 }
 
-cudaKernel_t get_kernel(const std::string& source, const std::string& name, int device) {
-  const int cc = compute_capability(device);
-  const bool sass = nvrtc_knows(cc);
-  const std::string arch = (sass ? "sm_" : "compute_") + std::to_string(cc);
+CacheEntry cache_entry(const std::string& source, int cc) {
+  CacheEntry c;
+  c.sass = nvrtc_knows(cc);
+  c.arch = (c.sass ? "sm_" : "compute_") + std::to_string(cc);
   std::ostringstream key;
-  key << std::hex << hash_text(source) << "_" << arch << "_" << hash_text(nvrtc_version() + " volt " VOLT_VERSION);
+  key << std::hex << hash_text(source) << "_" << c.arch << "_" << hash_text(nvrtc_version() + " volt " VOLT_VERSION);
+  c.key = key.str();
+  c.file = "cuda_" + c.key + (c.sass ? ".cubin" : ".ptx");
+  return c;
+}
+
+namespace {
+
+uint64_t read_le(const std::string& b, size_t at, size_t bytes) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < bytes; ++i) v |= uint64_t(static_cast<unsigned char>(b[at + i])) << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+bool loadable_image(const std::string& image) {
+  if (image.empty()) return false;
+  // A fatbin promises sizes in its header; volt never writes one.
+  if (image.size() >= 4 && read_le(image, 0, 4) == 0xBA55ED50u) return false;
+  const std::string elf("\x7f" "ELF");
+  // (a file cut inside the magic is a damaged ELF image too)
+  if (elf.compare(0, std::min(image.size(), elf.size()), image, 0, elf.size()) != 0)
+    return true;  // text (PTX; the simulator's images): the string's own NUL ends it
+  // A 64-bit little-endian ELF whose header, program and section tables lie inside it.
+  if (image.size() < 64 || image[4] != 2 || image[5] != 1) return false;
+  const uint64_t phoff = read_le(image, 0x20, 8), shoff = read_le(image, 0x28, 8);
+  const uint64_t phsize = read_le(image, 0x36, 2) * read_le(image, 0x38, 2);
+  const uint64_t shsize = read_le(image, 0x3A, 2) * read_le(image, 0x3C, 2);
+  const uint64_t n = image.size();
+  return phoff <= n && phsize <= n - phoff && shoff <= n && shsize <= n - shoff;
+}
+
+void precompile(const std::string& source, int cc, const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  const CacheEntry c = cache_entry(source, cc);
+  const fs::path file = dir / c.file;
+  std::error_code ec;
+  if (fs::exists(file, ec)) return;
+  const std::string code = run_nvrtc(source, c.arch, c.sass).code;
+  fs::create_directories(dir, ec);
+  fs::path tmp = file;
+  tmp += ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out.write(code.data(), static_cast<std::streamsize>(code.size()));
+    VOLT_CHECK(out.good(), "nvrtc", "could not write the kernel cache file " << tmp.string());
+  }
+  fs::rename(tmp, file, ec);
+  if (ec) fs::remove(tmp, ec);
+  std::ofstream(dir / ("cuda_" + c.key + ".cu")) << source;
+}
+
+cudaKernel_t get_kernel(const std::string& source, const std::string& name, int device) {
+  const CacheEntry entry = cache_entry(source, compute_capability(device));
+  const bool sass = entry.sass;
+  const std::string& arch = entry.arch;
+  std::ostringstream key;
+  key << entry.key;
 
   std::lock_guard<std::mutex> lock(g_mutex);
   cudaLibrary_t lib = nullptr;
@@ -150,7 +220,7 @@ cudaKernel_t get_kernel(const std::string& source, const std::string& name, int 
   } else {
     namespace fs = std::filesystem;
     fs::path dir = cache_dir();
-    fs::path file = dir / ("cuda_" + key.str() + (sass ? ".cubin" : ".ptx"));
+    fs::path file = dir / entry.file;
     auto compile_and_store = [&] {
       auto t0 = std::chrono::steady_clock::now();
       std::string code = run_nvrtc(source, arch, sass).code;
@@ -185,7 +255,7 @@ cudaKernel_t get_kernel(const std::string& source, const std::string& name, int 
       code = ss.str();
     }
     bool loaded = false;
-    if (!code.empty()) {
+    if (!code.empty() && loadable_image(code)) {
       // A damaged entry (a disk error, another volt's file) is compiled again.
       loaded = cudaLibraryLoadData(&lib, code.data(), nullptr, nullptr, 0, nullptr, nullptr, 0) == cudaSuccess;
       if (loaded) ++g_counters.disk_hits;
@@ -205,6 +275,7 @@ cudaKernel_t get_kernel(const std::string& source, const std::string& name, int 
                                                                     << ")\n--- source ---\n"
                                                                     << numbered(source));
   }
+  g_kernel_names.try_emplace(k, name);
   return k;
 }
 
@@ -225,6 +296,11 @@ void launch(cudaKernel_t k, int device, long long n, void** args, unsigned block
 void launch(cudaKernel_t k, int device, dim3 grid, dim3 block, void** args, size_t shared_bytes) {
   DeviceGuard g(device);
   count_kernel_launch();
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_kernel_names.find(k);
+    note_kernel_launch(it == g_kernel_names.end() ? nullptr : &it->second);
+  }
   VOLT_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, block, args, shared_bytes, stream(device)));
 }
 

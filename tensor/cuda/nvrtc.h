@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,22 @@ std::string nvrtc_version();
 // cache, else compiled (SASS for the device's architecture where NVRTC knows
 // it, PTX otherwise) and stored in both.
 cudaKernel_t get_kernel(const std::string& source, const std::string& name, int device);
+
+// Where a kernel lives in the disk cache: the key (source, architecture,
+// NVRTC and volt versions) and the file name; SASS where NVRTC knows the
+// architecture, else PTX.
+struct CacheEntry {
+  std::string key, arch, file;
+  bool sass = false;
+};
+CacheEntry cache_entry(const std::string& source, int cc);
+// Compiles `source` for compute capability `cc` into the cache folder `dir`
+// as get_kernel would, with no GPU (tests/gpu/precompile_kernels.cpp).
+void precompile(const std::string& source, int cc, const std::filesystem::path& dir);
+// Whether a cache file's bytes can go to the loader, which takes no length:
+// an ELF image must hold the tables its header points to; text is ended by
+// the string's NUL.
+bool loadable_image(const std::string& image);
 
 struct CompileCounters {
   int64_t compiled = 0;      // NVRTC invocations

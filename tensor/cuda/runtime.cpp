@@ -1,18 +1,58 @@
 #include <volt/tensor/cuda/runtime.h>
 
+#include <dlfcn.h>
+
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <iostream>
 #include <mutex>
 #include <vector>
 
 namespace volt::cuda {
 
+namespace {
+std::atomic<const std::string*> g_last_kernel{nullptr};
+}  // namespace
+
+void note_kernel_launch(const std::string* name) { g_last_kernel.store(name, std::memory_order_relaxed); }
+
+std::string last_kernel_launched() {
+  const std::string* n = g_last_kernel.load(std::memory_order_relaxed);
+  return n ? *n : std::string();
+}
+
+bool is_sticky(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string sticky_note(cudaError_t e) {
+  if (!is_sticky(e)) return {};
+  std::string k = last_kernel_launched();
+  return std::string("; a kernel failed before this call (the error is sticky: this process can no longer use the "
+                     "GPU)") +
+         (k.empty() ? "" : ", the last kernel launched was " + k);
+}
+
 void fail_cuda(cudaError_t e, const char* expr, const char* file, int line) {
   cudaGetLastError();  // clear a sticky non-fatal error so the next call is not blamed for it
   std::ostringstream os;
   os << "CUDA error " << cudaGetErrorName(e) << " (" << cudaGetErrorString(e) << ") in " << expr << " at "
-     << file << ":" << line;
+     << file << ":" << line << sticky_note(e);
   throw Error(os.str());
 }
 
@@ -40,7 +80,12 @@ struct PerDevice {
   int cc = 0, sms = 0;
   long long* error_host = nullptr;    // the error word, in mapped pinned host memory
   long long* error_device = nullptr;  // the same memory as the device addresses it
+  void* cublas_workspace = nullptr;
+  std::atomic<bool> ready{false};  // set up (is_initialized)
 };
+
+// cuBLAS's advice for Hopper (32 MiB); older GPUs need less.
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 std::array<PerDevice, kMaxDevices>& devices() {
   static std::array<PerDevice, kMaxDevices> d;
@@ -60,28 +105,88 @@ PerDevice& per_device(int index) {
     VOLT_CUBLAS_CHECK(cublasCreate(&d.cublas));
     VOLT_CUBLAS_CHECK(cublasSetStream(d.cublas, d.stream));
     VOLT_CUBLAS_CHECK(cublasSetMathMode(d.cublas, g_allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    // A workspace of cuBLAS's own, given once: a GEMM recorded into a CUDA
+    // graph must not ask for memory while the graph is captured.
+    VOLT_CUDA_CHECK(cudaMalloc(&d.cublas_workspace, kCublasWorkspaceBytes));
+    VOLT_CUBLAS_CHECK(cublasSetWorkspace(d.cublas, d.cublas_workspace, kCublasWorkspaceBytes));
     int major = 0, minor = 0;
     VOLT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index));
     VOLT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index));
     VOLT_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, index));
     d.cc = major * 10 + minor;
+    d.ready.store(true);
   });
   return d;
 }
 
 }  // namespace
 
-int device_count() {
-  // Asked once: without a driver cudaGetDeviceCount returns an error, which means none.
-  static const int n = [] {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+namespace {
+
+// cudaGetDeviceCount's answer, asked once.  No driver or no device means none,
+// quietly; any other error (a driver that is there but refuses) also means
+// none, but is kept and said once, so a machine with a GPU never passes its
+// CUDA tests as skips without a word.
+struct CountAnswer {
+  int count = 0;
+  cudaError_t error = cudaSuccess;
+};
+
+const CountAnswer& count_answer() {
+  static const CountAnswer a = [] {
+    CountAnswer r;
+    r.error = cudaGetDeviceCount(&r.count);
+    if (r.error != cudaSuccess) {
       cudaGetLastError();
-      return 0;
+      r.count = 0;
+      if (r.error != cudaErrorNoDevice && r.error != cudaErrorInsufficientDriver)
+        std::cerr << "volt: CUDA is not usable, cudaGetDeviceCount said " << cudaGetErrorName(r.error) << " ("
+                  << cudaGetErrorString(r.error) << "); running without a GPU\n";
     }
-    return count;
+    return r;
   }();
-  return n;
+  return a;
+}
+
+}  // namespace
+
+int device_count() { return count_answer().count; }
+
+bool is_simulated() { return ::dlsym(RTLD_DEFAULT, "volt_cudasim_counters") != nullptr; }
+
+std::string describe_devices() {
+  const CountAnswer& a = count_answer();
+  std::ostringstream os;
+  if (a.error != cudaSuccess) {
+    os << "no CUDA device: cudaGetDeviceCount said " << cudaGetErrorName(a.error) << " (" << cudaGetErrorString(a.error)
+       << ")";
+    return os.str();
+  }
+  if (is_simulated()) os << "simulated GPU (tests/cudasim), ";
+  os << a.count << " CUDA device" << (a.count == 1 ? "" : "s");
+  for (int i = 0; i < a.count; ++i) {
+    os << (i ? "; " : ": ") << "cuda:" << i << " ";
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, i) == cudaSuccess) {
+      os << p.name << " (sm_" << p.major << p.minor << ", " << p.multiProcessorCount << " SMs, "
+         << (p.totalGlobalMem >> 20) << " MiB)";
+      continue;
+    }
+    cudaGetLastError();  // (the simulator answers attributes only)
+    int major = 0, minor = 0, sms = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, i);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, i);
+    cudaGetLastError();
+    os << "(sm_" << major << minor << ", " << sms << " SMs)";
+  }
+  int driver = 0, runtime = 0;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && cudaRuntimeGetVersion(&runtime) == cudaSuccess)
+    os << "; driver API " << driver / 1000 << "." << driver % 1000 / 10 << ", runtime " << runtime / 1000 << "."
+       << runtime % 1000 / 10;
+  else
+    cudaGetLastError();
+  return os.str();
 }
 
 bool is_available() { return device_count() > 0; }
@@ -98,6 +203,9 @@ DeviceGuard::~DeviceGuard() {
 cudaStream_t stream(int device) { return per_device(device).stream; }
 cublasHandle_t cublas_handle(int device) { return per_device(device).cublas; }
 int compute_capability(int device) { return per_device(device).cc; }
+bool is_initialized(int device) {
+  return device >= 0 && device < kMaxDevices && devices()[device].ready.load();
+}
 int multiprocessor_count(int device) { return per_device(device).sms; }
 
 long long* error_word(int device) {

@@ -20,6 +20,14 @@
 namespace volt::cuda {
 
 [[noreturn]] void fail_cuda(cudaError_t e, const char* expr, const char* file, int line);
+// Errors a failed kernel leaves behind: every later call returns them, so a
+// message names them as an earlier kernel's, never as the call's own fault.
+bool is_sticky(cudaError_t e);
+// "" for other errors; else what happened and the last kernel launched.
+std::string sticky_note(cudaError_t e);
+// The name of the last kernel launched (launch() in nvrtc.h notes it).
+void note_kernel_launch(const std::string* name);
+std::string last_kernel_launched();
 [[noreturn]] void fail_cublas(cublasStatus_t s, const char* expr, const char* file, int line);
 [[noreturn]] void fail_nvrtc(nvrtcResult r, const char* expr, const char* file, int line);
 
@@ -56,6 +64,11 @@ class DeviceGuard {
 // on it, in order, so the caching allocator may hand a freed block to the next
 // request without waiting.
 cudaStream_t stream(int device);
+// Whether the CUDA runtime in this process is tests/cudasim's simulated GPU.
+bool is_simulated();
+// One line on the devices: each one's name, compute capability, multiprocessors
+// and memory, driver and runtime versions; or why there is none.
+std::string describe_devices();
 // Waits for the device's stream, then reports any error a kernel recorded.
 void synchronize(int device);
 
@@ -67,6 +80,8 @@ void synchronize(int device);
 // Word 0 is the kind (0: none, 1: cross_entropy's target), 1 and 2 the details.
 long long* error_word(int device);
 void check_kernel_errors(int device);
+// Whether volt has set the device up (its stream and cuBLAS handle exist).
+bool is_initialized(int device);
 // Compute capability as a number: 80 for sm_80, 90 for sm_90.
 int compute_capability(int device);
 int multiprocessor_count(int device);
