@@ -27,5 +27,9 @@ class Backend {
 
 Backend* backend_for(DeviceType type);  // null if the device has no backend in this build
 void register_backend(DeviceType type, Backend* backend);
+// A backend decided on first use: `fn` is asked once, by the first
+// backend_for(type), and its answer (null: none) kept.
+using BackendProvider = Backend* (*)();
+void register_backend_provider(DeviceType type, BackendProvider fn);
 
 }  // namespace volt

@@ -1,6 +1,7 @@
 #include <volt/tensor/dispatch.h>
 
 #include <array>
+#include <mutex>
 #include <optional>
 
 #include <volt/tensor/backend.h>
@@ -12,8 +13,9 @@ namespace {
 thread_local DispatchMode* g_mode = nullptr;
 thread_local bool g_grad_enabled = true;
 GradHook g_grad_hook = nullptr;
-std::array<Backend*, 3> g_backends{};
-std::array<ItemResolver, 3> g_item_resolvers{};
+constexpr size_t kNumDeviceTypes = 3;  // DeviceType's values
+std::array<Backend*, kNumDeviceTypes> g_backends{};
+std::array<ItemResolver, kNumDeviceTypes> g_item_resolvers{};
 LazyHandler g_lazy_handler = nullptr;
 }  // namespace
 
@@ -40,9 +42,35 @@ bool grad_enabled() { return g_grad_enabled; }
 void set_grad_enabled(bool on) { g_grad_enabled = on; }
 void set_grad_hook(GradHook hook) { g_grad_hook = hook; }
 
-Backend* backend_for(DeviceType type) { return g_backends[static_cast<size_t>(type)]; }
+namespace {
+// Backends found on first use (a GPU's, whose driver must not be touched
+// before main: a tool such as compute-sanitizer attaches to the process when
+// CUDA starts, and refuses a CUDA started by a static constructor).
+struct Provider {
+  BackendProvider fn = nullptr;
+  std::once_flag once;
+};
+std::array<Provider, kNumDeviceTypes>& providers() {
+  static std::array<Provider, kNumDeviceTypes> p;
+  return p;
+}
+}  // namespace
+
+Backend* backend_for(DeviceType type) {
+  const size_t i = static_cast<size_t>(type);
+  if (Backend* b = g_backends[i]) return b;
+  Provider& p = providers()[i];
+  if (!p.fn) return nullptr;
+  std::call_once(p.once, [&] {
+    if (Backend* b = p.fn()) g_backends[i] = b;
+  });
+  return g_backends[i];
+}
 void register_backend(DeviceType type, Backend* backend) {
   g_backends[static_cast<size_t>(type)] = backend;
+}
+void register_backend_provider(DeviceType type, BackendProvider fn) {
+  providers()[static_cast<size_t>(type)].fn = fn;
 }
 
 std::vector<Tensor> dispatch(OpCall call) {

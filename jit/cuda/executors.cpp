@@ -148,10 +148,12 @@ class CublasExecutor final : public OperatorExecutor {
   }
 };
 
-// Added to the jit's built-in executors only where a GPU answers.
+// Built in wherever volt was built with CUDA: they claim only CUDA tensors,
+// which exist only where a GPU answers; asking the driver here, before main,
+// would start CUDA in a static constructor (compute-sanitizer then refuses
+// to attach).
 struct Registrar {
   Registrar() {
-    if (!vc::is_available()) return;
     add_builtin_executor(cublas_executor());
     add_builtin_executor(nvrtc_executor());
   }

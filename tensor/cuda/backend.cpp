@@ -358,13 +358,16 @@ class CudaBackend final : public Backend {
   }
 };
 
-// Registered only where a GPU and its driver answer: elsewhere CUDA tensors
-// fail with "device cuda:0 is not available" and everything else runs on the CPU.
+// There only where a GPU and its driver answer: elsewhere CUDA tensors fail
+// with "device cuda:0 is not available" and everything else runs on the CPU.
+// Asked at the first CUDA tensor, not before main: CUDA must not start in a
+// static constructor (compute-sanitizer then refuses to attach).
+Backend* provide_backend() {
+  static CudaBackend backend;
+  return is_available() ? &backend : nullptr;
+}
 struct Registrar {
-  Registrar() {
-    static CudaBackend backend;
-    if (is_available()) register_backend(DeviceType::CUDA, &backend);
-  }
+  Registrar() { register_backend_provider(DeviceType::CUDA, &provide_backend); }
 } g_registrar;
 
 }  // namespace
