@@ -8,7 +8,10 @@ python3-torch (CPU) or any PyTorch on a GPU node.
 
 Modes: eager; compile (torch.compile's default mode on the model and its
 loss, the optimizer eager); reduce-overhead (the same compiled into CUDA
-graphs).  On a GPU each timed step ends with torch.cuda.synchronize(), as
+graphs); cuda-graph (the whole training step, forward, backward and a fused
+Adam, captured by hand into one CUDA graph with static inputs: the most a
+PyTorch program can take off the launch overhead, as volt's compiled step
+does).  On a GPU each timed step ends with torch.cuda.synchronize(), as
 volt_bench's CUDA cells do.  The batches are drawn by torch's own generator
 (same distribution as the C++ benches, not the same numbers; the timing does
 not depend on them).  Threads: $OMP_NUM_THREADS, else one per core.
@@ -63,6 +66,52 @@ def time_steps(step, steps):
     return len(us), statistics.median(us), min(us)
 
 
+def print_cell(a, name, device, phase, batch, n, median, least, first_ms):
+    cell = {"mode": name, "device": device, "phase": phase, "batch": batch, "steps": n,
+            "median_us": round(median, 2), "min_us": round(least, 2),
+            "steps_per_s": round(1e6 / median, 2), "samples_per_s": round(1e6 / median * batch, 1),
+            "first_call_ms": round(first_ms, 1)}
+    if a.json:
+        print(json.dumps(cell, separators=(",", ":")), flush=True)
+    else:
+        print(f"{name} {device} {phase:5} batch {batch:5}: median {median:10.1f} us, min {least:10.1f} us, "
+              f"{1e6 / median:9.1f} steps/s, {1e6 / median * batch:10.0f} samples/s", flush=True)
+
+
+def run_graph_cell(a, batch, net, loss_fn, data):
+    """The whole step in one CUDA graph: warm up on a side stream, capture, replay."""
+    t0 = time.perf_counter()
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3, fused=True, capturable=True)
+    static_x, static_y = data[0][0].clone(), data[0][1].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            loss_fn(net(static_x), static_y).backward()
+            opt.step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        loss_fn(net(static_x), static_y).backward()
+        opt.step()
+    torch.cuda.synchronize()
+    first_ms = (time.perf_counter() - t0) * 1e3
+    k = [0]
+
+    def train_step():
+        x, y = data[k[0] % HELD]
+        k[0] += 1
+        static_x.copy_(x)
+        static_y.copy_(y)
+        graph.replay()
+        torch.cuda.synchronize()
+
+    n, median, least = time_steps(train_step, a.steps)
+    print_cell(a, "pytorch-cuda-graph", "cuda", "train", batch, n, median, least, first_ms)
+
+
 def run_cell(a, batch, device, mode):
     """Times training and evaluation steps of one batch size in one mode."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -73,6 +122,8 @@ def run_cell(a, batch, device, mode):
     data = [(torch.rand(batch, FEATURES, generator=gen).to(device),
              torch.randint(0, CLASSES, (batch,), generator=gen).to(device)) for _ in range(HELD)]
     forward = lambda x, y: loss_fn(net(x), y)
+    if mode == "cuda-graph":
+        return run_graph_cell(a, batch, net, loss_fn, data)
     if mode != "eager":
         forward = torch.compile(forward, mode=None if mode == "compile" else "reduce-overhead")
     k = [0]
@@ -102,15 +153,7 @@ def run_cell(a, batch, device, mode):
             results.append(("eval", time_steps(eval_step, a.steps)))
     name = "pytorch" if mode == "eager" else "pytorch-" + mode
     for phase, (n, median, least) in results:
-        cell = {"mode": name, "device": device, "phase": phase, "batch": batch, "steps": n,
-                "median_us": round(median, 2), "min_us": round(least, 2),
-                "steps_per_s": round(1e6 / median, 2), "samples_per_s": round(1e6 / median * batch, 1),
-                "first_call_ms": round(first_ms, 1)}
-        if a.json:
-            print(json.dumps(cell, separators=(",", ":")), flush=True)
-        else:
-            print(f"{name} {device} {phase:5} batch {batch:5}: median {median:10.1f} us, min {least:10.1f} us, "
-                  f"{1e6 / median:9.1f} steps/s, {1e6 / median * batch:10.0f} samples/s", flush=True)
+        print_cell(a, name, device, phase, batch, n, median, least, first_ms)
 
 
 def main():
@@ -119,7 +162,7 @@ def main():
     ap.add_argument("--steps", type=int, default=0)
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--modes", default="eager", help="eager,compile,reduce-overhead")
+    ap.add_argument("--modes", default="eager", help="eager,compile,reduce-overhead,cuda-graph")
     ap.add_argument("--compile-batch", default="8,1024",
                     help="the batch sizes the compiled modes run (each compile takes seconds)")
     ap.add_argument("--json", action="store_true")
@@ -129,12 +172,14 @@ def main():
         raise SystemExit("pytorch_bench.py: --device cuda, but torch sees no GPU")
     modes = [m for m in a.modes.split(",") if m]
     for m in modes:
-        if m not in ("eager", "compile", "reduce-overhead"):
-            raise SystemExit(f"pytorch_bench.py: unknown mode {m!r} (eager, compile, reduce-overhead)")
+        if m not in ("eager", "compile", "reduce-overhead", "cuda-graph"):
+            raise SystemExit(f"pytorch_bench.py: unknown mode {m!r} (eager, compile, reduce-overhead, cuda-graph)")
+        if m == "cuda-graph" and a.device != "cuda":
+            raise SystemExit("pytorch_bench.py: cuda-graph needs --device cuda")
     compiled_batches = {int(b) for b in a.compile_batch.split(",") if b}
     for mode in modes:
         for batch in [int(b) for b in a.batch.split(",")]:
-            if mode == "eager" or batch in compiled_batches:
+            if mode in ("eager", "cuda-graph") or batch in compiled_batches:
                 run_cell(a, batch, a.device, mode)
 
 

@@ -199,14 +199,15 @@ if "$bench" --help 2>/dev/null | grep -q -- '--model.*gpt'; then
   step bench_gpt 90 "${sim_env[@]}" "$bench" --model gpt --device cuda "${steps[@]}" --no-libtorch --no-extras --json
 fi
 
-# 6. PyTorch on the same GPU, same models and recipe: eager, torch.compile and
-# CUDA graphs (mode="reduce-overhead").
+# 6. PyTorch on the same GPU, same models and recipe: eager, the whole step
+# captured by hand into a CUDA graph, torch.compile and its CUDA graphs
+# (mode="reduce-overhead").
 if ((dry)); then
   skip pytorch "dry run"
 elif ! timeout 60 python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
   skip pytorch "python3 has no torch that sees the GPU"
 else
-  step pytorch 180 python3 "$root/bench/pytorch_bench.py" --device cuda --modes eager,reduce-overhead,compile \
+  step pytorch 180 python3 "$root/bench/pytorch_bench.py" --device cuda --modes eager,cuda-graph,reduce-overhead,compile \
     --batch 8,64,256,1024 --compile-batch 8 --steps 200 --json
   grep '^{' "$work/pytorch.out" > "$out/pytorch.jsonl" 2>/dev/null
 fi

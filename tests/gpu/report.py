@@ -121,7 +121,9 @@ def main():
     ratios = {}
     for name, mode, batch, base in (("step_vs_pytorch_eager_b8", "step", 8, "pytorch"),
                                     ("step_vs_reduce_overhead_b8", "step", 8, "pytorch-reduce-overhead"),
+                                    ("step_vs_pytorch_cuda_graph_b8", "step", 8, "pytorch-cuda-graph"),
                                     ("step_vs_pytorch_eager_b1024", "step", 1024, "pytorch"),
+                                    ("step_vs_pytorch_cuda_graph_b1024", "step", 1024, "pytorch-cuda-graph"),
                                     ("jit_vs_pytorch_eager_b8", "jit", 8, "pytorch"),
                                     ("eager_vs_pytorch_eager_b8", "eager", 8, "pytorch")):
         a, b = rate(cells, mode, batch), rate(cells, base, batch)
