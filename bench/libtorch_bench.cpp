@@ -4,7 +4,11 @@
 // backward, step), the same synthetic batches (std::mt19937 with the seeds
 // volt_bench uses) and the same timing rule, on LibTorch's CPU backend.
 //
-//   libtorch_bench [--model mlp|cnn] [--batch 8,256] [--steps N] [--threads N] [--no-eval] [--json]
+//   libtorch_bench [--model mlp|cnn|gpt] [--batch 8,256] [--steps N] [--threads N] [--no-eval] [--json]
+//   libtorch_bench --model gpt --text brown.txt --train-steps 2000 [--eval-every 100]
+//
+// --model gpt: nanoGPT's GPT at volt's examples/gpt configuration
+// (bench/libtorch_gpt.h); --batch sets its batch (default 16).
 //
 // --model cnn: the Lazy Tensor tutorial's MNIST CNN (volt's nn::MnistCNN, see
 // bench/cnn_workload.h) with nll_loss and Adadelta (lr 1.0), training steps only
@@ -19,6 +23,7 @@
 #include <torch/torch.h>
 
 #include "common.h"
+#include "libtorch_gpt.h"
 
 #include <algorithm>
 #include <chrono>
@@ -143,13 +148,16 @@ int main(int argc, char** argv) {
   std::vector<int64_t> batches = {8, 64, 256, 1024};
   int64_t steps = 0;
   bool json = false, eval = true;
-  std::string model = "mlp";
+  std::string model = "mlp", text;
+  int64_t train_steps = 2000, eval_every = 100;
+  bool batch_given = false;
   int threads = static_cast<int>(std::thread::hardware_concurrency());
   if (const char* e = std::getenv("OMP_NUM_THREADS")) threads = std::atoi(e);
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--batch" && i + 1 < argc) {
       batches.clear();
+      batch_given = true;
       std::stringstream ss(argv[++i]);
       for (std::string b; std::getline(ss, b, ',');) batches.push_back(std::stoll(b));
     } else if (a == "--steps" && i + 1 < argc) {
@@ -158,22 +166,39 @@ int main(int argc, char** argv) {
       threads = std::stoi(argv[++i]);
     } else if (a == "--model" && i + 1 < argc) {
       model = argv[++i];
-      if (model != "mlp" && model != "cnn") {
-        std::fprintf(stderr, "libtorch_bench: --model: unknown model '%s' (mlp, cnn)\n", model.c_str());
+      if (model != "mlp" && model != "cnn" && model != "gpt") {
+        std::fprintf(stderr, "libtorch_bench: --model: unknown model '%s' (mlp, cnn, gpt)\n", model.c_str());
         return 2;
       }
+    } else if (a == "--text" && i + 1 < argc) {
+      text = argv[++i];
+    } else if (a == "--train-steps" && i + 1 < argc) {
+      train_steps = std::stoll(argv[++i]);
+    } else if (a == "--eval-every" && i + 1 < argc) {
+      eval_every = std::max<int64_t>(1, std::stoll(argv[++i]));
     } else if (a == "--json") {
       json = true;
     } else if (a == "--no-eval") {
       eval = false;
     } else {
-      std::fprintf(stderr, "usage: libtorch_bench [--model mlp|cnn] [--batch LIST] [--steps N] [--threads N] [--no-eval] [--json]\n");
+      std::fprintf(stderr, "usage: libtorch_bench [--model mlp|cnn|gpt] [--batch LIST] [--steps N] [--threads N] [--no-eval] "
+                           "[--json] [--text FILE --train-steps N --eval-every N]\n");
       return 2;
     }
   }
   if (threads > 0) torch::set_num_threads(threads);
   std::fprintf(stderr, "libtorch_bench: LibTorch %s, %d intra-op threads\n", TORCH_VERSION,
                torch::get_num_threads());
+  if (model == "gpt") {
+    gpt::Config c;
+    if (batch_given) c.batch = batches.front();
+    try {
+      return gpt::run(c, json, steps, text, train_steps, eval_every);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 1;
+    }
+  }
   if (model == "cnn") {
     for (int64_t batch : batches) {
       torch::manual_seed(1);
