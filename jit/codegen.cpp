@@ -8,7 +8,7 @@
 
 #include <volt/jit/kernel_cache.h>
 #include <volt/philox_source.h>
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/identifiers.h>
 
 namespace volt::jit {

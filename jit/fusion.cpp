@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include <volt/jit/gemm_epilogue.h>
+#include <volt/jit/rewrites/gemm_epilogue.h>
 #include <volt/jit/kernel_cache.h>
 #include <volt/jit/passes.h>
 
@@ -39,7 +39,7 @@ std::vector<Tensor> CpuFusionExecutor::run_fusion(const BoundSymbol& f, const st
                                                   const PhiloxState& rng) const {
   std::vector<Tensor> keep;
   std::vector<void*> ptrs;
-  // A GEMM epilogue region (jit/gemm_epilogue.h): its kernel reads the product first.
+  // A GEMM epilogue region (jit/rewrites/gemm_epilogue.h): its kernel reads the product first.
   const bool gemm = is_gemm_epilogue(f);
   Tensor product;
   if (gemm) {

@@ -13,10 +13,10 @@
 #include <volt/jit/fusion.h>
 #include <volt/jit/grad.h>
 #include <volt/jit/kernel_cache.h>
-#include <volt/jit/conv_relu.h>
+#include <volt/jit/rewrites/conv_relu.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/pipeline.h>
-#include <volt/jit/report.h>
+#include <volt/jit/inspect/report.h>
 #include <volt/jit/tracer.h>
 #include <volt/tensor/ops.h>
 

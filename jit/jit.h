@@ -92,7 +92,7 @@ class JitFunction {
   // What the last cache miss cost, pass by pass (forward and backward).
   CompileStats compile_stats() const;
 
-  // One cached entry as a report shows it (jit/report.h).
+  // One cached entry as a report shows it (jit/inspect/report.h).
   struct EntryInfo {
     std::string key;     // the readable cache key
     std::string reason;  // why it was compiled

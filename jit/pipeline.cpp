@@ -1,10 +1,10 @@
 #include <volt/jit/pipeline.h>
 
 #include <volt/jit/check.h>
-#include <volt/jit/conv_relu.h>
+#include <volt/jit/rewrites/conv_relu.h>
 #include <volt/jit/del_last_used.h>
 #include <volt/jit/fusion.h>
-#include <volt/jit/gemm_epilogue.h>
+#include <volt/jit/rewrites/gemm_epilogue.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/interpreter.h>
 

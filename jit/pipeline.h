@@ -1,7 +1,7 @@
 // The compile pipeline both front ends (jit() and the lazy device) run on a
 // trace of prims: claim (executors take bound symbols) -> fuse (elementwise
 // runs become fusion regions with generated kernels) -> GEMM epilogues (a CPU
-// matmul's or linear's one reader runs in its store: jit/gemm_epilogue.h) ->
+// matmul's or linear's one reader runs in its store: jit/rewrites/gemm_epilogue.h) ->
 // compile (the fusion executors build them) -> delete-last-used -> ready for
 // the interpreter.
 // Each step appends its trace to the list, and every trace is checked

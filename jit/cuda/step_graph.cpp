@@ -6,7 +6,7 @@
 #include <set>
 #include <unordered_map>
 
-#include <volt/jit/collectives.h>
+#include <volt/jit/step/collectives.h>
 #include <volt/jit/executor.h>
 #include <volt/jit/tracer.h>
 #include <volt/tensor/cuda/backend.h>

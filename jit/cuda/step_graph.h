@@ -1,4 +1,4 @@
-// A compiled training step (jit/step.h) on a GPU: captured once into a CUDA
+// A compiled training step (jit/step/step.h) on a GPU: captured once into a CUDA
 // graph and replayed by one launch per step.
 //
 // The capture runs the step's final trace once under stream capture, with

@@ -11,7 +11,7 @@
 #include <volt/jit/lazy/internal.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/pipeline.h>
-#include <volt/jit/report.h>
+#include <volt/jit/inspect/report.h>
 
 namespace volt::lazy::detail {
 

@@ -82,7 +82,7 @@ AsyncMode async_mode();
 bool async();  // the mode as it applies now (Auto resolved)
 
 // Whether a mark_step's graph on the CPU runs from a memory plan
-// (jit/memory_plan.h, one per compiled graph): its intermediates live in an
+// (jit/step/memory_plan.h, one per compiled graph): its intermediates live in an
 // arena reused step to step, and a new value of a tensor (a parameter, an
 // optimizer's moment) is written into the buffer of the old value it replaces
 // when nothing else can read that old value any more (no other lazy tensor

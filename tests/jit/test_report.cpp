@@ -1,4 +1,4 @@
-// The jit report (jit/report.h), checked structurally: every pass's trace is
+// The jit report (jit/inspect/report.h), checked structurally: every pass's trace is
 // on its page in order, every fused kernel is there with the source the jit
 // generated, and every value a kernel names is a value of its region.
 #include <doctest/doctest.h>
@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <volt/jit/lazy/lazy.h>
-#include <volt/jit/report.h>
-#include <volt/jit/step.h>
+#include <volt/jit/inspect/report.h>
+#include <volt/jit/step/step.h>
 #include <volt/nn/loss.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>

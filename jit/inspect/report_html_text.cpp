@@ -1,6 +1,6 @@
-// Text helpers of the jit report (jit/report.h): HTML escaping and the line
+// Text helpers of the jit report (jit/inspect/report.h): HTML escaping and the line
 // diff between two passes' traces.
-#include <volt/jit/report.h>
+#include <volt/jit/inspect/report.h>
 
 #include <algorithm>
 #include <cstdint>

@@ -1,7 +1,7 @@
 // The window walk of the CPU's im2col and col2im, one plane (one channel of one
-// image) at a time: shared by the window prims (tensor/cpu_conv.cpp) and the
+// image) at a time: shared by the window prims (tensor/cpu/windows.cpp) and the
 // convolution prims, which unfold an image straight into GEMM panels
-// (tensor/cpu_convolution.cpp).  Every element is written in one fixed order,
+// (tensor/cpu/convolution.cpp).  Every element is written in one fixed order,
 // so the results are the same bits wherever the walk is used.
 #pragma once
 

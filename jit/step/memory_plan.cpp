@@ -1,4 +1,4 @@
-#include <volt/jit/memory_plan.h>
+#include <volt/jit/step/memory_plan.h>
 
 #include <algorithm>
 #include <limits>
@@ -6,7 +6,7 @@
 
 #include <volt/jit/executor.h>
 #include <volt/jit/fusion.h>
-#include <volt/jit/gemm_epilogue.h>
+#include <volt/jit/rewrites/gemm_epilogue.h>
 #include <volt/tensor/backend.h>
 #include <volt/tensor/random.h>
 

@@ -1,4 +1,4 @@
-#include <volt/jit/step_trace.h>
+#include <volt/jit/step/step_trace.h>
 
 #include <algorithm>
 #include <unordered_set>

@@ -1,13 +1,13 @@
 // matmul and linear on the CPU: register-tiled kernels chosen at run time for
-// the CPU's instruction set (tensor/cpu_gemm.h), threaded over volt's pool
-// (tensor/cpu_threads.h).
+// the CPU's instruction set (tensor/cpu/gemm.h), threaded over volt's pool
+// (tensor/cpu/threads.h).
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
 
-#include <volt/tensor/cpu_gemm.h>
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/gemm.h>
+#include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/tensor.h>
 
 namespace volt {
@@ -154,7 +154,7 @@ void packed_matmul(const cpu::GemmKernels<T>& ker, const T* a, int64_t m, int64_
 }
 
 // C (m, n; row stride ldc) = A (m, k) B (k, n), A and B with any strides, then
-// the store (cpu_gemm.h).  The kernels add a bias per column and apply the ReLU
+// the store (gemm.h).  The kernels add a bias per column and apply the ReLU
 // as they store each tile; a bias per row and the epilogue are finish_block's,
 // on each block of C a kernel has finished.
 template <class T>

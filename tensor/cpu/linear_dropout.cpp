@@ -1,5 +1,5 @@
 // linear -> ReLU -> dropout on the CPU as one GEMM: the bias and the ReLU in the
-// kernels' store, the dropout mask in the GEMM's epilogue (tensor/cpu_gemm.h),
+// kernels' store, the dropout mask in the GEMM's epilogue (tensor/cpu/gemm.h),
 // each block of the output masked while it is still in cache.
 //
 // The mask is the eager `dropout` op's, draw for draw: element e of the output
@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <type_traits>
 
-#include <volt/tensor/cpu_gemm.h>
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/gemm.h>
+#include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/random.h>
 #include <volt/tensor/tensor.h>
 // The Philox text (as random.cpp and the CPU backend compile it), inlined so

@@ -1,6 +1,6 @@
 // The CPU GEMM's register-tiled kernels, one set per instruction set, chosen
-// at run time from the CPU's features (tensor/cpu_gemm_kernels.cpp); the
-// packing, blocking and threading around them is tensor/cpu_matmul.cpp.
+// at run time from the CPU's features (tensor/cpu/gemm_kernels.cpp); the
+// packing, blocking and threading around them is tensor/cpu/matmul.cpp.
 //
 // Every kernel computes each element of C as one chain of fused multiply-adds
 // over k in ascending order, then adds the bias, then applies the ReLU, so all
@@ -98,7 +98,7 @@ struct PhiloxState;
 // (out) or null, out contiguous (*, out), all f32 or all f64.  Bit for bit what
 // relu(linear(x, w, bias)) gives.
 void cpu_linear_relu(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
-// out = dropout(max(x W^T + bias, 0), p) in one pass (tensor/cpu_linear_dropout.cpp):
+// out = dropout(max(x W^T + bias, 0), p) in one pass (tensor/cpu/linear_dropout.cpp):
 // the mask drawn in the GEMM's epilogue from the Philox draw `rng` (its seed,
 // and the first of out.numel() counters), exactly as the eager dropout op
 // draws it; p = 0 draws nothing.  Bit for bit what dropout(relu(linear(x, w,

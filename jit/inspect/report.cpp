@@ -1,6 +1,6 @@
-// Collecting what a report page shows (jit/report.h) and writing the pages:
+// Collecting what a report page shows (jit/inspect/report.h) and writing the pages:
 // on demand (write_report) or as programs compile (VOLT_JIT_REPORT).
-#include <volt/jit/report.h>
+#include <volt/jit/inspect/report.h>
 
 #include <algorithm>
 #include <atomic>

@@ -17,7 +17,7 @@
 // Run-time scalars (the learning rate) are refilled before every call, so
 // changing them does not recompile; a new input shape does, with its reason.
 //
-// On the CPU the program runs by a memory plan (jit/memory_plan.h): one arena
+// On the CPU the program runs by a memory plan (jit/step/memory_plan.h): one arena
 // per compiled step, every intermediate placed by liveness, state updated where
 // it lives, no allocation per call after the first.  On a GPU the second call
 // of a shape captures the program into a CUDA graph (jit/cuda/step_graph.h)
@@ -74,7 +74,7 @@ struct StepOptions {
   // Run the program through its memory plan (else prim by prim, allocating).
   bool memory_plan = true;
   // On the CPU, apply the optimizer's update of a weight in the store of the
-  // GEMM making its gradient (jit/gemm_epilogue.h).
+  // GEMM making its gradient (jit/rewrites/gemm_epilogue.h).
   bool gemm_epilogues = true;
   // On a GPU, replay the step as a CUDA graph from its second call on.
   bool cuda_graph = true;

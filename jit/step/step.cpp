@@ -1,4 +1,4 @@
-#include <volt/jit/step.h>
+#include <volt/jit/step/step.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -7,15 +7,15 @@
 #include <unordered_set>
 
 #include <volt/jit/del_last_used.h>
-#include <volt/jit/collectives.h>
+#include <volt/jit/step/collectives.h>
 #include <volt/jit/check.h>
 #include <volt/jit/fusion.h>
-#include <volt/jit/gemm_epilogue.h>
-#include <volt/jit/memory_plan.h>
-#include <volt/jit/conv_relu.h>
+#include <volt/jit/rewrites/gemm_epilogue.h>
+#include <volt/jit/step/memory_plan.h>
+#include <volt/jit/rewrites/conv_relu.h>
 #include <volt/jit/passes.h>
-#include <volt/jit/report.h>
-#include <volt/jit/step_trace.h>
+#include <volt/jit/inspect/report.h>
+#include <volt/jit/step/step_trace.h>
 #include <volt/jit/tracer.h>
 #ifdef VOLT_WITH_CUDA
 #include <volt/jit/cuda/step_graph.h>

@@ -1,7 +1,7 @@
-// The HTML of the jit report (jit/report.h): one page per compiled program,
+// The HTML of the jit report (jit/inspect/report.h): one page per compiled program,
 // and the index.  Everything is inline (style, script, SVG): a page opens
 // from disk with no network.
-#include <volt/jit/report.h>
+#include <volt/jit/inspect/report.h>
 
 #include <algorithm>
 #include <cctype>
@@ -10,7 +10,7 @@
 #include <unordered_set>
 
 #include <volt/jit/codegen.h>
-#include <volt/jit/dot.h>
+#include <volt/jit/inspect/dot.h>
 #include <volt/jit/executor.h>
 
 namespace volt::jit {

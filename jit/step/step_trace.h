@@ -1,4 +1,4 @@
-// Tracing a whole training step (used by jit/step.cpp).
+// Tracing a whole training step (used by jit/step/step.cpp).
 //
 // The state tensors (parameters, moments, ...) become traced values for the
 // time of the trace: their TensorImpl, shared by the module and the optimizer,
@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <volt/jit/step.h>
+#include <volt/jit/step/step.h>
 #include <volt/jit/trace.h>
 
 namespace volt::jit {

@@ -1,4 +1,4 @@
-#include <volt/jit/dot.h>
+#include <volt/jit/inspect/dot.h>
 
 #include <fcntl.h>
 #include <spawn.h>

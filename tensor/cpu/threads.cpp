@@ -1,5 +1,5 @@
-// The thread pool of tensor/cpu_threads.h.
-#include <volt/tensor/cpu_threads.h>
+// The thread pool of tensor/cpu/threads.h.
+#include <volt/tensor/cpu/threads.h>
 
 #include <fcntl.h>
 #include <sched.h>

@@ -1,6 +1,6 @@
 // The convolution prims on the CPU (convolution, convolution_grad_input,
 // convolution_grad_weight): one product per image on volt's GEMM tiles
-// (tensor/cpu_gemm.h), the images split over the threads.
+// (tensor/cpu/gemm.h), the images split over the threads.
 //
 // An image's im2col columns (C*kh*kw, OH*OW) are written straight into the
 // tiles' packed panels, so they never exist as a matrix; the weight is packed
@@ -20,9 +20,9 @@
 #include <vector>
 
 #include <volt/tensor/conv.h>
-#include <volt/tensor/cpu_gemm.h>
-#include <volt/tensor/cpu_threads.h>
-#include <volt/tensor/cpu_window.h>
+#include <volt/tensor/cpu/gemm.h>
+#include <volt/tensor/cpu/threads.h>
+#include <volt/tensor/cpu/window.h>
 
 namespace volt {
 
@@ -265,7 +265,7 @@ void run_typed(const OpCall& call, Tensor& out) {
 
 }  // namespace
 
-// Runs a convolution prim whose output is allocated (cpu_conv.cpp calls it).
+// Runs a convolution prim whose output is allocated (windows.cpp calls it).
 void cpu_convolution(const OpCall& call, Tensor& out) {
   if (out.dtype() == DType::f64) run_typed<double>(call, out);
   else run_typed<float>(call, out);

@@ -1,4 +1,4 @@
-#include <volt/jit/gemm_epilogue.h>
+#include <volt/jit/rewrites/gemm_epilogue.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -9,8 +9,8 @@
 
 #include <volt/jit/fusion.h>
 #include <volt/jit/passes.h>
-#include <volt/tensor/cpu_gemm.h>
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/gemm.h>
+#include <volt/tensor/cpu/threads.h>
 
 namespace volt::jit {
 

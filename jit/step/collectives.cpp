@@ -1,4 +1,4 @@
-#include <volt/jit/collectives.h>
+#include <volt/jit/step/collectives.h>
 
 #include <unordered_map>
 

@@ -1,4 +1,4 @@
-// The GEMM kernel sets of tensor/cpu_gemm.h: tensor/cpu_gemm_tiles.inc compiled
+// The GEMM kernel sets of tensor/cpu/gemm.h: tensor/cpu/gemm_tiles.inc compiled
 // for AVX-512, for AVX2 + FMA and for the compiler's baseline, each in its own
 // namespace under `#pragma GCC target`, and the choice among them at run time.
 // The library is built for the baseline: only these functions use wider sets,
@@ -12,8 +12,8 @@
 #include <string>
 #include <type_traits>
 
-#include <volt/tensor/cpu_gemm.h>
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/gemm.h>
+#include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/error.h>
 
 namespace volt::cpu {
@@ -25,7 +25,7 @@ namespace {
 #endif
 
 namespace generic {
-#include <volt/tensor/cpu_gemm_tiles.inc>
+#include <volt/tensor/cpu/gemm_tiles.inc>
 const GemmKernels<float> f32 = {8, 32, packed_tile_loops<float, 8, 32>, skinny<float>,
                                  pack_rows_loops<float>, pack_cols_loops<float>};
 const GemmKernels<double> f64 = {8, 16, packed_tile_loops<double, 8, 16>, skinny<double>,
@@ -41,7 +41,7 @@ const GemmKernels<double> f64 = {8, 16, packed_tile_loops<double, 8, 16>, skinny
 #pragma GCC target("avx2,fma")
 #endif
 namespace avx2 {
-#include <volt/tensor/cpu_gemm_tiles.inc>
+#include <volt/tensor/cpu/gemm_tiles.inc>
 struct Ops {
   static __m256 zero() { return _mm256_setzero_ps(); }
   static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
@@ -71,7 +71,7 @@ const GemmKernels<double> f64 = {6, 8, packed_tile_loops<double, 6, 8>, skinny<d
 #pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")
 #endif
 namespace avx512 {
-#include <volt/tensor/cpu_gemm_tiles.inc>
+#include <volt/tensor/cpu/gemm_tiles.inc>
 struct Ops {
   static __m512 zero() { return _mm512_setzero_ps(); }
   static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
@@ -138,7 +138,7 @@ void pack_cols_f32(const float* x, int64_t live, int64_t kc, int64_t cs, int R, 
 }
 
 // The skinny products' own AVX-512 kernels (skinny_f32).
-#include <volt/tensor/cpu_gemm_skinny_avx512.inc>
+#include <volt/tensor/cpu/gemm_skinny_avx512.inc>
 
 // 12 x 32: 24 accumulators of the 32 registers.
 const GemmKernels<float> f32 = {12, 32, packed_tile_vec<__m512, 16, 12, 2, Ops>, skinny_f32, pack_rows_f32,

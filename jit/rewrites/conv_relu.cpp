@@ -1,4 +1,4 @@
-#include <volt/jit/conv_relu.h>
+#include <volt/jit/rewrites/conv_relu.h>
 
 #include <unordered_map>
 #include <unordered_set>

@@ -22,7 +22,7 @@
 
 #include <volt/jit/jit.h>
 #include <volt/jit/kernel_cache.h>
-#include <volt/jit/step.h>
+#include <volt/jit/step/step.h>
 
 namespace volt::jit {
 

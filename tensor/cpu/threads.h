@@ -9,7 +9,7 @@
 // from other processes between regions.  On a busy machine a region uses only
 // the cores other processes leave free (the kernel's count of runnable
 // threads), the calling thread alone when there are none, and idle threads do
-// not spin, so 2 threads are not slower than 1 (tensor/cpu_threads.cpp,
+// not spin, so 2 threads are not slower than 1 (tensor/cpu/threads.cpp,
 // Contention).  Results never depend on which thread ran a task: the callers'
 // tasks write disjoint outputs.
 //

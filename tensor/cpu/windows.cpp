@@ -1,5 +1,5 @@
 // The window prims on the CPU: im2col, col2im, max_pool2d and its gradient
-// (the convolution prims are tensor/cpu_convolution.cpp).
+// (the convolution prims are tensor/cpu/convolution.cpp).
 // Each works plane by plane (one (n, c) image channel at a time), the planes
 // split over threads; every output element is written by one thread, in one
 // fixed order, so results do not depend on the number of threads.
@@ -10,8 +10,8 @@
 #include <type_traits>
 
 #include <volt/tensor/conv.h>
-#include <volt/tensor/cpu_threads.h>
-#include <volt/tensor/cpu_window.h>
+#include <volt/tensor/cpu/threads.h>
+#include <volt/tensor/cpu/window.h>
 
 namespace volt {
 
@@ -221,9 +221,9 @@ void run_typed(const OpCall& call, Tensor& out) {
 
 }  // namespace
 
-void cpu_convolution(const OpCall& call, Tensor& out);  // cpu_convolution.cpp
+void cpu_convolution(const OpCall& call, Tensor& out);  // convolution.cpp
 
-// Runs a window prim whose output is allocated (cpu_backend.cpp calls it).
+// Runs a window prim whose output is allocated (backend.cpp calls it).
 void cpu_window(const OpCall& call, Tensor& out) {
   NoGradGuard no_grad;
   if (call.op == OpId::convolution || call.op == OpId::convolution_grad_input ||
