@@ -31,6 +31,7 @@
 #include <volt/jit/executor.h>
 #include <volt/jit/executor_registry.h>
 #include <volt/jit/grad_transform.h>
+#include <volt/jit/pipeline.h>
 #include <volt/jit/trace.h>
 
 namespace volt::jit {
@@ -51,6 +52,9 @@ struct JitOptions {
   // Tried in this order before the built-in executors (cpu-fusion, eager).
   std::vector<std::reference_wrapper<Executor>> executors;
   CacheMode cache = CacheMode::Metadata;
+  // The compile pipeline's rewrites (jit/pipeline.h): pipeline.rewrites = false
+  // (or VOLT_JIT_REWRITES=0) compiles the plain trace.
+  PipelineOptions pipeline{};
 };
 
 // What a call returns: the function's outputs, or (grad transforms) the

@@ -40,7 +40,7 @@ class StepGraph {
 
   // Whether a step with this trace, state and arguments is captured: one CUDA
   // device for all of them, and nothing in the trace that refusal() names.
-  // With VOLT_JIT_LOG=graph a CUDA step that is not captured for refusal()'s
+  // With VOLT_LOG=graph a CUDA step that is not captured for refusal()'s
   // reason says so on stderr (once per reason).
   static bool applies(const Trace& trace, const std::vector<Tensor>& state, const std::vector<Tensor>& args);
   // Why a step with this trace runs launch by launch, "" if nothing in it

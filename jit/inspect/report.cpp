@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include <volt/jit/codegen.h>
+#include <volt/jit/events.h>
 #include <volt/jit/fusion.h>
 
 namespace volt::jit {
@@ -256,4 +257,23 @@ void report_lazy_compile(const std::vector<Trace>& traces, const std::string& ke
   rep->add(std::move(r));
 }
 
+}  // namespace volt::jit
+
+// ---------------------------------------------------------------- the compile events
+
+namespace volt::jit {
+namespace {
+
+// The report hears of every compile through the core's compile events
+// (jit/events.h); it writes pages only while VOLT_JIT_REPORT names a folder.
+const int g_report_hook = add_compile_hook([](const CompileEvent& e) {
+  if (!report_enabled()) return;
+  switch (e.source) {
+    case CompileSource::Jit: report_jit_compile(*static_cast<const JitFunction*>(e.owner), e.identity); return;
+    case CompileSource::Step: report_step_compile(*static_cast<const CompiledStep*>(e.owner), e.key); return;
+    case CompileSource::Lazy: report_lazy_compile(*e.traces, e.key, e.reason, e.nodes); return;
+  }
+});
+
+}  // namespace
 }  // namespace volt::jit

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include <volt/jit/passes.h>
+#include <volt/jit/pipeline.h>
 
 namespace volt::jit {
 
@@ -116,5 +117,15 @@ void conv_relu_pass(std::vector<Trace>& traces) {
   r.millis = ms_since(t0);
   traces.push_back(std::move(r));
 }
+
+namespace {
+
+// Before claim, and in the jit before the grad pass: the fused prim's VJP reads its output.
+const bool g_registered = [] {
+  register_pass({"Convolution and ReLU", PassStage::Prims, /*rewrite=*/true, /*opt_in=*/false, conv_relu_pass});
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace volt::jit

@@ -9,6 +9,7 @@
 
 #include <volt/jit/fusion.h>
 #include <volt/jit/passes.h>
+#include <volt/jit/pipeline.h>
 #include <volt/tensor/cpu/gemm.h>
 #include <volt/tensor/cpu/threads.h>
 
@@ -291,5 +292,41 @@ Trace gemm_epilogue_pass(const Trace& t) {
   r.millis = ms_since(t0);
   return r;
 }
+
+namespace {
+
+// cpu-fusion runs a GEMM epilogue region here: the product first, then the
+// region's kernel in its store.  inputs: the product's operands, then the region's.
+std::vector<Tensor> run_region(const BoundSymbol& f, const std::vector<Tensor>& inputs, const PhiloxState& rng) {
+  std::vector<Tensor> keep;
+  std::vector<void*> ptrs;
+  Tensor product = Tensor::empty(f.subsymbols.front().outputs.front().sizes(), DType::f32, kCPU);
+  ptrs.push_back(product.raw_data());
+  const size_t operands = gemm_operands(f);
+  VOLT_CHECK(inputs.size() >= operands, f.fusion_name, "expects its product's " << operands << " operands first");
+  for (size_t i = operands; i < inputs.size(); ++i) {
+    const Tensor& in = inputs[i];
+    VOLT_CHECK(in.device().is_cpu(), f.fusion_name, "expected CPU tensors, got " << in.meta_str());
+    keep.push_back(in.is_contiguous() ? in : in.contiguous());
+    ptrs.push_back(keep.back().raw_data());
+  }
+  std::vector<Tensor> outs;
+  for (const Tensor& o : f.outputs) {
+    outs.push_back(Tensor::empty(o.sizes(), o.dtype(), o.device()));
+    ptrs.push_back(outs.back().raw_data());
+  }
+  run_gemm_epilogue(f, inputs.data(), product.data_ptr<float>(), ptrs.data(), rng.seed,
+                    rng.offset + f.kernel->rng_base);
+  return outs;
+}
+
+const bool g_registered = [] {
+  register_pass({"GEMM epilogues", PassStage::Regions, /*rewrite=*/true, /*opt_in=*/false,
+                 [](std::vector<Trace>& traces) { traces.push_back(gemm_epilogue_pass(traces.back())); }});
+  register_region_runner({is_gemm_epilogue, run_region});
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace volt::jit

@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include <volt/jit/passes.h>
+#include <volt/jit/pipeline.h>
 #include <volt/tensor/custom_op.h>
 
 namespace volt::jit {
@@ -36,5 +37,16 @@ Trace place_collectives_pass(const Trace& t) {
   r.millis = ms_since(t0);
   return r;
 }
+
+namespace {
+
+// The compiled step asks for it (jit/step/step.cpp): all-reduces placed after compile.
+const bool g_registered = [] {
+  register_pass({"Place collectives", PassStage::Schedule, /*rewrite=*/false, /*opt_in=*/true,
+                 [](std::vector<Trace>& traces) { traces.push_back(place_collectives_pass(traces.back())); }});
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace volt::jit

@@ -6,19 +6,16 @@
 #include <sstream>
 #include <unordered_set>
 
-#include <volt/jit/del_last_used.h>
-#include <volt/jit/step/collectives.h>
-#include <volt/jit/check.h>
-#include <volt/jit/fusion.h>
+#include <volt/jit/events.h>
+#include <volt/jit/pipeline.h>
 #include <volt/jit/rewrites/gemm_epilogue.h>
 #include <volt/jit/step/memory_plan.h>
-#include <volt/jit/rewrites/conv_relu.h>
 #include <volt/jit/passes.h>
-#include <volt/jit/inspect/report.h>
 #include <volt/jit/step/step_trace.h>
 #include <volt/jit/tracer.h>
 #ifdef VOLT_WITH_CUDA
 #include <volt/jit/cuda/step_graph.h>
+#include <volt/tensor/log.h>
 #endif
 
 namespace volt::jit {
@@ -161,31 +158,20 @@ std::shared_ptr<CompiledStep::Entry> CompiledStep::compile(const std::vector<Ten
   e->traces.push_back(std::move(tr.trace));
   e->traces.push_back(forward_copies_pass(e->traces.back()));
   e->traces.push_back(dce_cse_pass(e->traces.back()));
-  conv_relu_pass(e->traces);
-  e->traces.push_back(claim_pass(e->traces.back(), *e->names, executors_));
-  e->traces.push_back(fusion_pass(e->traces.back()));
+  // The jit's pipeline, with the step's collectives and, on the CPU, its arena.
+  PipelineOptions pipeline = options_.jit.pipeline;
+  pipeline.with.push_back("Place collectives");
   // The optimizer's update in the store of each weight gradient's GEMM (CPU).
-  Trace fused = options_.gemm_epilogues ? gemm_epilogue_pass(e->traces.back()) : e->traces.back();
-  auto c0 = Clock::now();
-  compile_fusions(fused);
-  fused.millis += ms_since(c0);
-  if (options_.gemm_epilogues) e->traces.push_back(std::move(fused));
-  else e->traces.back() = std::move(fused);
-  e->traces.push_back(place_collectives_pass(e->traces.back()));
-  e->traces.push_back(del_last_used_pass(e->traces.back()));
-  prepare(e->traces.back());
+  if (!options_.gemm_epilogues) pipeline.without.push_back("GEMM epilogues");
   bool plannable = options_.memory_plan;
   for (const Tensor& t : state_) plannable = plannable && t.device().is_cpu() && t.is_contiguous();
   for (const Tensor& t : args) plannable = plannable && t.device().is_cpu();
-  if (plannable) {
-    auto p0 = Clock::now();
-    e->plan = std::make_unique<MemoryPlan>(e->traces.back(), state_.size(), e->num_outputs, e->updated_state);
-    e->traces.back().millis += ms_since(p0);
-  }
-  for (const Trace& t : e->traces) {
-    e->compile_ms += t.millis;
-    check_trace(t);  // every pass leaves a valid program (jit/check.h)
-  }
+  if (plannable)
+    pipeline.plan = [&](Trace& t) {
+      e->plan = std::make_unique<MemoryPlan>(t, state_.size(), e->num_outputs, e->updated_state);
+    };
+  compile_pipeline(e->traces, *e->names, executors_, pipeline);
+  for (const Trace& t : e->traces) e->compile_ms += t.millis;
   return e;
 }
 
@@ -207,15 +193,11 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
   } else {
     ++compiles_;
     miss_reason_ = last_key_.empty() ? "first call" : first_difference(last_key_, key);
-    static const bool log = [] {
-      const char* e = std::getenv("VOLT_JIT_LOG");
-      return e && std::string(e).find("recompile") != std::string::npos;
-    }();
-    if (log) std::cerr << "volt.jit: compiling the training step (" << miss_reason_ << ")\n";
+    if (log_enabled("jit")) std::cerr << "volt.jit: compiling the training step (" << miss_reason_ << ")\n";
     found = compile(args);
     cache_.emplace_back(key, found);
     last_ = found;
-    if (report_enabled()) report_step_compile(*this, key);
+    publish_compile({CompileSource::Step, this, nullptr, key, miss_reason_, &found->traces});
   }
   last_ = found;
   last_key_ = std::move(key);

@@ -5,6 +5,7 @@
 
 #include <volt/autograd/node.h>
 #include <volt/autograd/vjp.h>
+#include <volt/jit/passes.h>
 #include <volt/jit/tracer.h>
 #include <volt/tensor/ops.h>
 
@@ -130,43 +131,8 @@ class StepMode final : public DispatchMode {
   std::unordered_map<const TensorImpl*, Tensor> original_of_;  // snapshot -> the tensor it was taken of
 };
 
-void produced_inside(const BoundSymbol& b, std::unordered_set<int64_t>& ids) {
-  for (const BoundSymbol& s : b.subsymbols) {
-    for (const Tensor& o : s.outputs) ids.insert(id_of(o));
-    produced_inside(s, ids);
-  }
-}
-
 void used_by(const BoundSymbol& b, std::unordered_set<int64_t>& ids) {
   for (const Tensor& a : tensor_args(b)) ids.insert(id_of(a));
-}
-
-// An op whose inner values are read outside it (backward reads the dropout
-// mask made inside dropout) is replaced by its parts, so that every value a
-// bound symbol reads is made by an earlier one at the same level.
-std::vector<BoundSymbol> expose(const std::vector<BoundSymbol>& bsyms, const std::unordered_set<int64_t>& used) {
-  std::vector<BoundSymbol> out;
-  for (const BoundSymbol& b : bsyms) {
-    std::unordered_set<int64_t> inner;
-    if (!b.top_level_prim) produced_inside(b, inner);
-    for (const Tensor& o : b.outputs) inner.erase(id_of(o));
-    bool open = false;
-    for (int64_t id : inner) open = open || used.count(id) > 0;
-    if (!open) {
-      out.push_back(b);
-      continue;
-    }
-    std::vector<BoundSymbol> parts = expose(b.subsymbols, used);
-    for (BoundSymbol& p : parts)
-      if (p.subsymbols.empty()) {  // a bare prim at the top prints as one
-        BoundSymbol top = p;
-        top.subsymbols = {p};
-        top.top_level_prim = true;
-        p = std::move(top);
-      }
-    out.insert(out.end(), parts.begin(), parts.end());
-  }
-  return out;
 }
 
 // The state's own fields, put back when the trace ends (also on an error).
@@ -269,7 +235,7 @@ StepTraceResult trace_step(const CompiledStep::Fn& fn, const std::vector<Tensor>
     for (const Tensor& o : r.trace.outputs) used.insert(id_of(o));
     // A bound symbol's arguments are made before it, never inside it: every
     // inner value in `used` is read from outside its op.
-    r.trace.bsyms = expose(bsyms, used);
+    r.trace.bsyms = expose(bsyms, used, /*wrap_prims=*/true);
   }
   for (const BoundSymbol& p : flatten_to_prims(r.trace.bsyms))
     if (op_info(p.call.op).kind == OpKind::Random)
