@@ -17,8 +17,8 @@
 #include <volt/jit/passes.h>
 #include <volt/jit/pipeline.h>
 #include <volt/jit/tracer.h>
-#include <volt/tensor/ops.h>
 #include <volt/tensor/log.h>
+#include <volt/tensor/ops.h>
 
 namespace volt::jit {
 
@@ -53,12 +53,14 @@ JitFunction JitFunction::transformed(CallTransform t) const {
 // training flag, grad mode, the executors.
 std::string JitFunction::key_for(const std::vector<Tensor>& args, size_t n_primals) const {
   std::ostringstream os;
-  auto add = [&](const char* what, size_t i, const Tensor& t) {
-    os << what << i << "=" << t.meta_str() << (t.is_contiguous() ? "" : ",strided")
+  auto add = [&](const std::string& what, const Tensor& t) {
+    os << what << "=" << t.meta_str() << (t.is_contiguous() ? "" : ",strided")
        << (t.requires_grad() ? ",grad" : "") << ";";
   };
-  for (size_t i = 0; i < args.size(); ++i) add("input", i, args[i]);
-  for (size_t i = 0; i < captured_.size(); ++i) add("param", i, captured_[i]);
+  for (size_t i = 0; i < args.size(); ++i) add("input" + std::to_string(i), args[i]);
+  // Parameters by the names the traces give them (_0_weight).
+  for (size_t i = 0; i < captured_.size(); ++i)
+    add(i < captured_names_.size() ? captured_names_[i] : "param" + std::to_string(i), captured_[i]);
   if (transform_ == CallTransform::Vjp) os << "primals=" << n_primals << ";";
   os << "training=" << (training_ ? training_() : false) << ";grad_mode=" << grad_enabled() << ";executors=";
   for (const Executor* e : executors_) os << e->name() << ",";

@@ -6,8 +6,9 @@
 //
 // When the call needs gradients the trace is differentiated symbolically into
 // an augmented forward and a backward trace; loss.backward() runs the backward
-// trace and accumulates into the shared parameters' .grad.  Both run on the
-// eager executor (every prim through the eager kernels).
+// trace and accumulates into the shared parameters' .grad.  Both go through
+// the compile pipeline (jit/pipeline.h): executors claim ops, elementwise runs
+// become fused kernels, the rewrites of jit/rewrites/ apply unless switched off.
 //
 // Threads: one JitFunction may be called from several threads at once.  A
 // call looks its entry up under a lock, compiles (one compile at a time per
@@ -55,6 +56,8 @@ struct JitOptions {
   // The compile pipeline's rewrites (jit/pipeline.h): pipeline.rewrites = false
   // (or VOLT_JIT_REWRITES=0) compiles the plain trace.
   PipelineOptions pipeline{};
+  // What reports call the function (jit(module) sets the module's type name).
+  std::string name;
 };
 
 // What a call returns: the function's outputs, or (grad transforms) the
@@ -78,6 +81,8 @@ class JitFunction {
   std::vector<Tensor> operator()(const std::vector<Tensor>& primals, const std::vector<Tensor>& cotangents);
 
   const std::vector<Trace>& last_traces() const;
+  // JitOptions::name: "MLP" for a jitted MLP, "" for an unnamed function.
+  const std::string& name() const { return options_.name; }
   // The backward traces of the last call (empty when it needed no gradient).
   const std::vector<Trace>& last_backward_traces() const;
   int64_t cache_hits() const { return state_->hits; }
@@ -195,6 +200,8 @@ JitFunction jit(std::shared_ptr<M> module, JitOptions options = {}) {
     params.push_back(p);
     names.push_back(proxy_name_for(name));
   }
+  if constexpr (requires { module->type_name(); })
+    if (options.name.empty()) options.name = module->type_name();
   return JitFunction([module](const std::vector<Tensor>& in) { return std::vector<Tensor>{module->forward(in.at(0))}; },
                      {"input"}, params, names, [module] { return module->is_training(); }, std::move(options));
 }

@@ -108,7 +108,7 @@ std::vector<CompileRecord> records_of(const JitFunction& f, const std::string& f
   std::vector<CompileRecord> r;
   const std::vector<std::string> history = f.miss_history();
   for (const JitFunction::EntryInfo& e : f.entry_infos()) {
-    r.push_back(record_from(e, history, function_label));
+    r.push_back(record_from(e, history, f.name().empty() ? function_label : f.name()));
     r.back().file = "jit-compile" + std::to_string(e.compile) + ".html";
   }
   return r;
@@ -221,7 +221,10 @@ void report_jit_compile(const JitFunction& f, std::shared_ptr<const void> identi
     rep->functions.emplace_back(identity, number);
   }
   const JitFunction::EntryInfo& newest = entries.back();  // the highest compile number
-  CompileRecord r = record_from(newest, f.miss_history(), "function " + std::to_string(number));
+  // Titled by the function's name (a module's type) where it has one.
+  const std::string label = f.name().empty() ? "function " + std::to_string(number)
+                                              : f.name() + " (function " + std::to_string(number) + ")";
+  CompileRecord r = record_from(newest, f.miss_history(), label);
   r.file = "jit-f" + std::to_string(number) + "-compile" + std::to_string(newest.compile) + ".html";
   rep->add(std::move(r));
 }

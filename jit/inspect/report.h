@@ -29,7 +29,7 @@ namespace volt::jit {
 // Everything a page shows about one compiled program.
 struct CompileRecord {
   std::string kind;   // "jit", "step" or "lazy"
-  std::string title;  // "function 1, compile 2"
+  std::string title;  // "MLP (function 1), compile 2", or "function 1, compile 2" unnamed
   std::string file;   // the page's file name in the report folder
   std::string key;    // the readable cache key ("" when unknown)
   std::string reason;  // why it was compiled (a lazy graph: its flush reason)

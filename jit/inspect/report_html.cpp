@@ -12,6 +12,7 @@
 #include <volt/jit/codegen.h>
 #include <volt/jit/inspect/dot.h>
 #include <volt/jit/executor.h>
+#include <volt/jit/rewrites/gemm_epilogue.h>
 
 namespace volt::jit {
 
@@ -263,6 +264,31 @@ void section_graphs(std::ostringstream& os, const CompileRecord& r) {
   }
 }
 
+// What a rewrite did to a region, for a reader who sees a GEMM among its prims
+// and a kernel that reads the GEMM's output ("" for a plain region).
+std::string rewrite_note(const BoundSymbol& region, const ProxyNames* n) {
+  if (!is_gemm_epilogue(region)) return "";
+  const BoundSymbol& gemm = region.subsymbols.front();
+  const std::string product = n && !gemm.outputs.empty() ? n->name(gemm.outputs.front()) : "the product";
+  return "<p class=\"note rewrite\">The rewrite <b>GEMM epilogues</b> (jit/rewrites/gemm_epilogue.h) put this "
+         "region's elementwise prims into the store of its " + html_escape(op_name(gemm.call)) +
+         ": the GEMM makes " + html_escape(product) + " a block at a time, and the kernel at right runs on each "
+         "block while it is still in cache, so <code>in_" + html_escape(product) + "</code> is that block of the "
+         "product, never a tensor in memory.  Without the rewrite (VOLT_JIT_REWRITES=0) the GEMM writes " +
+         html_escape(product) + " whole and a separate fused kernel reads it back.</p>\n";
+}
+
+// What a named rewrite pass does, beside its trace in the pass list.
+std::string pass_note(const std::string& provenance) {
+  if (provenance == "GEMM epilogues")
+    return "A rewrite for speed: the elementwise work that reads a CPU matmul's or linear's output moves into "
+           "that GEMM's store (the region begins with the GEMM). VOLT_JIT_REWRITES=0 leaves it out.";
+  if (provenance == "Convolution and ReLU")
+    return "A rewrite for speed: relu(convolution(...)) becomes one convolution with relu=True, the ReLU "
+           "applied to each output tile as the convolution's GEMM stores it. VOLT_JIT_REWRITES=0 leaves it out.";
+  return "";
+}
+
 void section_kernels(std::ostringstream& os, const CompileRecord& r) {
   os << "<h2 id=\"kernels\">Fused regions and their kernels</h2>\n<p class=\"note\">Left: the region as the "
         "trace prints it. Right: the kernel generated for it. Values have the same names on both sides; hover "
@@ -280,7 +306,8 @@ void section_kernels(std::ostringstream& os, const CompileRecord& r) {
       os << "<section class=\"region\" id=\"k-" << html_escape(f.label.substr(0, 3)) << "-"
          << html_escape(b.fusion_name) << "\" data-fusion=\"" << html_escape(b.fusion_name) << "\">\n<h3>"
          << html_escape(b.fusion_name) << " (" << html_escape(f.label) << ", "
-         << html_escape(b.executor ? b.executor->name() : "") << ")</h3>\n<div class=\"kernel\">\n"
+         << html_escape(b.executor ? b.executor->name() : "") << ")</h3>\n" << rewrite_note(b, n)
+         << "<div class=\"kernel\">\n"
          << "<div><b>prims</b><pre class=\"prims\">" << mark_names(region_text(*f.trace, b), names)
          << "</pre></div>\n<div><b>kernel source</b><pre class=\"source\">" << mark_names(kernel_source_of(b), names)
          << "</pre></div>\n</div>\n</section>\n";
@@ -299,6 +326,8 @@ void section_passes(std::ostringstream& os, const CompileRecord& r) {
       os << "<section class=\"pass\" id=\"pass" << k << "\" data-provenance=\"" << html_escape(t.provenance)
          << "\">\n<h3>" << k << ". " << html_escape(t.name) << ": " << html_escape(t.provenance) << " ("
          << fmt_ms(t.millis) << " ms)</h3>\n";
+      if (const std::string note = pass_note(t.provenance); !note.empty())
+        os << "<p class=\"note rewrite\">" << html_escape(note) << "</p>\n";
       if (!previous.empty()) {
         const std::string d = line_diff(body_of(previous), body_of(text));
         size_t added = 0, removed = 0;

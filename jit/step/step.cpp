@@ -13,9 +13,9 @@
 #include <volt/jit/passes.h>
 #include <volt/jit/step/step_trace.h>
 #include <volt/jit/tracer.h>
+#include <volt/tensor/log.h>
 #ifdef VOLT_WITH_CUDA
 #include <volt/jit/cuda/step_graph.h>
-#include <volt/tensor/log.h>
 #endif
 
 namespace volt::jit {
