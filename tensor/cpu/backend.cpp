@@ -102,9 +102,9 @@ class CpuBackend final : public Backend {
       if (v.is_tensor && v.tensor.defined())
         VOLT_CHECK(v.tensor.has_data(), info.name, "got a tensor without data (" << v.tensor.meta_str() << ")");
     switch (info.kind) {
-      case OpKind::Unary: return cpu::unary_kernel(call, out);
+      case OpKind::Unary:
       case OpKind::Binary:
-      case OpKind::Compare: return cpu::binary_kernel(call, out);
+      case OpKind::Compare: return cpu::elementwise_kernel(call, out);
       case OpKind::Ternary: return cpu::where_kernel(call, out);
       case OpKind::Convert:
       case OpKind::Copy: return cpu::convert_kernel(call.args[0].tensor, out);

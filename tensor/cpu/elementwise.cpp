@@ -1,6 +1,6 @@
 // The CPU kernels of the elementwise prims: unary, binary and comparisons, each
 // the op table's scalar expression (tensor/op_exprs.h) run by the loops of
-// tensor/cpu/loops.h.
+// tensor/cpu/loops.h, one case per row of the table.
 #include <type_traits>
 
 #include <volt/tensor/cpu/kernels.h>
@@ -8,83 +8,70 @@
 #include <volt/tensor/op_exprs.h>
 #include <volt/tensor/op_table.h>
 
+// abs's row compares with 0, also for b8, which infer_meta refuses for abs;
+// its case is instantiated for every C all the same.
+#pragma GCC diagnostic ignored "-Wbool-compare"
+
 namespace volt::cpu {
 namespace {
 
-// Each kernel computes the op table's expression (tensor/op_exprs.h): C is the
-// compute dtype, the result converted to the output's.
-#define VOLT_EXPR1(op, R) [](C x) { return static_cast<R>(op_exprs::expr_##op<R>(x)); }
-#define VOLT_EXPR2(op, R) [](C a, C b) { return static_cast<R>(op_exprs::expr_##op<R>(a, b)); }
-
-template <class C>
-void run_unary(OpId op, const Operand& a, Tensor& out) {
-  std::array<Operand, 1> in{a};
-  switch (op) {
-    case OpId::neg:
-      if constexpr (!std::is_same_v<C, bool>) elementwise<C, C, 1>(out, in, VOLT_EXPR1(neg, C));
-      return;
-    case OpId::abs:
-      if constexpr (!std::is_same_v<C, bool>) elementwise<C, C, 1>(out, in, VOLT_EXPR1(abs, C));
-      return;
-    case OpId::logical_not: elementwise<bool, C, 1>(out, in, VOLT_EXPR1(logical_not, bool)); return;
-    default: break;
-  }
-  // Floating unary ops: integer inputs were converted to the float output type already.
-  if constexpr (std::is_floating_point_v<C>) {
-    switch (op) {
-      case OpId::exp: elementwise<C, C, 1>(out, in, VOLT_EXPR1(exp, C)); return;
-      case OpId::log: elementwise<C, C, 1>(out, in, VOLT_EXPR1(log, C)); return;
-      case OpId::sqrt: elementwise<C, C, 1>(out, in, VOLT_EXPR1(sqrt, C)); return;
-      case OpId::rsqrt: elementwise<C, C, 1>(out, in, VOLT_EXPR1(rsqrt, C)); return;
-      case OpId::tanh: elementwise<C, C, 1>(out, in, VOLT_EXPR1(tanh, C)); return;
-      case OpId::sigmoid: elementwise<C, C, 1>(out, in, VOLT_EXPR1(sigmoid, C)); return;
-      case OpId::reciprocal: elementwise<C, C, 1>(out, in, VOLT_EXPR1(reciprocal, C)); return;
-      default: break;
-    }
-  }
-  VOLT_FAIL(op_name(op), "has no CPU kernel for this dtype");
+// Every elementwise prim of the op table (tensor/op_table.h) gets its case
+// here from its row: the kernel computes the row's expression
+// (tensor/op_exprs.h) in the compute dtype C, the result in bool for a
+// comparison or a logical op (an expression whose type is bool), else in C.
+// compute_dtype (tensor/meta.cpp) makes C floating wherever the op needs it
+// (exp of an integer, integer division), so every case is instantiated for
+// every C and a new prim needs no line here.
+template <class C, class F>
+auto result_of(F f) {
+  if constexpr (std::is_same_v<decltype(f(C(), C())), bool>) return bool();
+  else return C();
 }
 
+#define VOLT_ELEMENTWISE_CASE_Unary(name)                                                              \
+  case OpId::name: {                                                                                   \
+    using R = decltype(result_of<C>([](C a, C) { return op_exprs::expr_##name<C>(a); }));             \
+    return elementwise<R, C, 1>(out, {in[0]}, [](C a) { return static_cast<R>(op_exprs::expr_##name<R>(a)); }); \
+  }
+#define VOLT_ELEMENTWISE_CASE_Binary(name)                                                             \
+  case OpId::name: {                                                                                   \
+    using R = decltype(result_of<C>([](C a, C b) { return op_exprs::expr_##name<C>(a, b); }));        \
+    return elementwise<R, C, 2>(out, {in[0], in[1]},                                                   \
+                                [](C a, C b) { return static_cast<R>(op_exprs::expr_##name<R>(a, b)); }); \
+  }
+#define VOLT_ELEMENTWISE_CASE_Compare(name) VOLT_ELEMENTWISE_CASE_Binary(name)
+#define VOLT_ELEMENTWISE_NONE(name)
+#define VOLT_ELEMENTWISE_CASE_Ternary VOLT_ELEMENTWISE_NONE
+#define VOLT_ELEMENTWISE_CASE_Convert VOLT_ELEMENTWISE_NONE
+#define VOLT_ELEMENTWISE_CASE_Random VOLT_ELEMENTWISE_NONE
+#define VOLT_ELEMENTWISE_CASE_Factory VOLT_ELEMENTWISE_NONE
+#define VOLT_ELEMENTWISE_CASE_View VOLT_ELEMENTWISE_NONE
+#define VOLT_ELEMENTWISE_CASE_Copy VOLT_ELEMENTWISE_NONE
+#define VOLT_ELEMENTWISE_CASE_Pad VOLT_ELEMENTWISE_NONE
+#define VOLT_ELEMENTWISE_CASE_Reduce VOLT_ELEMENTWISE_NONE
+#define VOLT_ELEMENTWISE_CASE_Matmul VOLT_ELEMENTWISE_NONE
+#define VOLT_ELEMENTWISE_CASE_Window VOLT_ELEMENTWISE_NONE
+#define VOLT_ELEMENTWISE_CASE_Composite VOLT_ELEMENTWISE_NONE
+#define VOLT_ELEMENTWISE_CASE_Custom VOLT_ELEMENTWISE_NONE
+#define VOLT_ELEMENTWISE_CASE(name, kind, ...) VOLT_ELEMENTWISE_CASE_##kind(name)
+
+// in: one operand per argument of the op, in C.  out: (the broadcast shape).
 template <class C>
-void run_binary(OpId op, const std::array<Operand, 2>& in, Tensor& out) {
+void run_elementwise(OpId op, const std::vector<Operand>& in, Tensor& out) {
   switch (op) {
-    case OpId::add: elementwise<C, C, 2>(out, in, VOLT_EXPR2(add, C)); return;
-    case OpId::sub: elementwise<C, C, 2>(out, in, VOLT_EXPR2(sub, C)); return;
-    case OpId::mul: elementwise<C, C, 2>(out, in, VOLT_EXPR2(mul, C)); return;
-    case OpId::div:
-      if constexpr (std::is_floating_point_v<C>) elementwise<C, C, 2>(out, in, VOLT_EXPR2(div, C));
-      return;
-    case OpId::pow: elementwise<C, C, 2>(out, in, VOLT_EXPR2(pow, C)); return;
-    case OpId::maximum: elementwise<C, C, 2>(out, in, VOLT_EXPR2(maximum, C)); return;
-    case OpId::minimum: elementwise<C, C, 2>(out, in, VOLT_EXPR2(minimum, C)); return;
-    case OpId::logical_and: elementwise<bool, C, 2>(out, in, VOLT_EXPR2(logical_and, bool)); return;
-    case OpId::logical_or: elementwise<bool, C, 2>(out, in, VOLT_EXPR2(logical_or, bool)); return;
-    case OpId::eq: elementwise<bool, C, 2>(out, in, VOLT_EXPR2(eq, bool)); return;
-    case OpId::ne: elementwise<bool, C, 2>(out, in, VOLT_EXPR2(ne, bool)); return;
-    case OpId::lt: elementwise<bool, C, 2>(out, in, VOLT_EXPR2(lt, bool)); return;
-    case OpId::le: elementwise<bool, C, 2>(out, in, VOLT_EXPR2(le, bool)); return;
-    case OpId::gt: elementwise<bool, C, 2>(out, in, VOLT_EXPR2(gt, bool)); return;
-    case OpId::ge: elementwise<bool, C, 2>(out, in, VOLT_EXPR2(ge, bool)); return;
+    VOLT_OPS(VOLT_ELEMENTWISE_CASE)
     default: VOLT_FAIL(op_name(op), "has no CPU kernel");
   }
 }
 
-#undef VOLT_EXPR1
-#undef VOLT_EXPR2
-
+#undef VOLT_ELEMENTWISE_CASE
 
 }  // namespace
 
-void unary_kernel(const OpCall& call, Tensor& out) {
+void elementwise_kernel(const OpCall& call, Tensor& out) {
   const DType c = compute_dtype(call);
   Prepared p = prepare(call, 0, c, out.sizes());
-  VOLT_DISPATCH_DTYPE(c, [&] { run_unary<scalar_t>(call.op, p.ops[0], out); });
-}
-
-void binary_kernel(const OpCall& call, Tensor& out) {
-  const DType c = compute_dtype(call);
-  Prepared p = prepare(call, 0, c, out.sizes());
-  VOLT_DISPATCH_DTYPE(c, [&] { run_binary<scalar_t>(call.op, {p.ops[0], p.ops[1]}, out); });
+  VOLT_DISPATCH_DTYPE(c, [&] { run_elementwise<scalar_t>(call.op, p.ops, out); });
 }
 
 }  // namespace volt::cpu

@@ -8,8 +8,7 @@
 namespace volt {
 
 namespace cpu {
-void unary_kernel(const OpCall& call, Tensor& out);    // elementwise.cpp: neg, exp, ...
-void binary_kernel(const OpCall& call, Tensor& out);   // elementwise.cpp: add, eq, ...
+void elementwise_kernel(const OpCall& call, Tensor& out);  // elementwise.cpp: neg, exp, add, eq, ...
 void where_kernel(const OpCall& call, Tensor& out);    // copy.cpp: where(cond, a, b)
 void convert_kernel(const Tensor& src, Tensor& out);   // copy.cpp: any strides and dtype -> out's
 void copy_kernel(const Tensor& dst, const Tensor& src);  // copy.cpp: into dst's strides (views)

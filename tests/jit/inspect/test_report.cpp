@@ -19,7 +19,7 @@
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 
-#include "tests/jit/report_checks.h"
+#include "tests/jit/inspect/report_checks.h"
 
 using namespace volt;
 namespace fs = std::filesystem;

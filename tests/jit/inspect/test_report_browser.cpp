@@ -25,7 +25,7 @@
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 
-#include "tests/jit/report_checks.h"
+#include "tests/jit/inspect/report_checks.h"
 
 extern char** environ;
 
