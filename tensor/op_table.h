@@ -2,8 +2,12 @@
 // scalar expression that defines the op (a, b, c are the operands in the
 // compute dtype, T the result's C type): the CPU kernels call it as a C++
 // function (tensor/op_exprs.h), the generated kernels (the jit's fusions, the
-// CUDA eager kernels) receive it as text.  Adding an elementwise prim is one
-// row here plus its meta and its VJP rule (autograd/vjp.cpp).
+// CUDA eager kernels) receive it as text, and the CPU kernels' cases are
+// generated from the rows (tensor/cpu/elementwise.cpp).  Adding an elementwise
+// prim touches four places: its row here, its VJP rule (autograd/vjp.cpp), its
+// public function (tensor/ops.h, ops.cpp) and its test rows; a math function
+// its expression calls that no row called before is added to
+// tensor/math_functions.inc, the one list of them.
 #pragma once
 #include <cstdint>
 
