@@ -252,6 +252,15 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
   }
 }
 
+// Queued on the stream like a kernel (a memset node when captured).
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t s) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (count == 0) return cudaSuccess;
+  if (!within_allocation(ptr, count)) return fail(cudaErrorInvalidValue);
+  enqueue(s, "cudaMemsetAsync", [=] { std::memset(ptr, value, count); }, cudaGraphNodeTypeMemset);
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemset(void* ptr, int value, size_t count) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   if (count == 0) return cudaSuccess;
