@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -90,11 +91,20 @@ std::string hex128(const std::string& s) {
   return buf;
 }
 
+// False for anything but a readable regular file: a directory or a device
+// where an entry should be is a damaged entry (rebuilt or run unfused), and a
+// read error never escapes as an exception.
 bool read_file(const fs::path& p, std::string* out) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) return false;
-  out->assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  return !f.bad();
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) return false;
+  try {
+    std::ifstream f(p, std::ios::binary);
+    if (!f) return false;
+    out->assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    return !f.bad();
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 // Whether files can be made in `dir` (creating it if needed); `why` says why not.
@@ -116,6 +126,28 @@ bool writable_dir(const fs::path& dir, std::string* why) {
   return true;
 }
 
+// The fallback when the chosen directory cannot be written:
+// /tmp/volt-kernels-<uid>, made 0700, and used only when it is a directory
+// this user owns that no one else may write (another user could otherwise
+// plant a library there); else a fresh private directory from mkdtemp.
+fs::path private_fallback_dir() {
+  const fs::path shared = fs::temp_directory_path() / ("volt-kernels-" + std::to_string(::geteuid()));
+  ::mkdir(shared.c_str(), 0700);
+  struct stat st {};
+  if (::lstat(shared.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() &&
+      (st.st_mode & (S_IWGRP | S_IWOTH)) == 0)
+    return shared;
+  static const fs::path own = [] {
+    std::string tmpl = (fs::temp_directory_path() / "volt-kernels-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) return fs::path();
+    return fs::path(tmpl);
+  }();
+  static bool told = false;
+  if (!told) std::cerr << "volt: " << shared << " is not a private directory of this user; using " << own << "\n";
+  told = true;
+  return own;
+}
+
 std::mutex g_mutex;  // guards everything below and serialises compiles
 
 fs::path resolve_dir() {
@@ -124,7 +156,7 @@ fs::path resolve_dir() {
   fs::path dir = env && *env ? fs::path(env) : fs::path(home && *home ? home : "/tmp") / ".cache/volt/kernels";
   std::string why;
   if (writable_dir(dir, &why)) return dir;
-  fs::path fallback = fs::temp_directory_path() / ("volt-kernels-" + std::to_string(::getuid()));
+  fs::path fallback = private_fallback_dir();
   static std::set<std::string> told;  // one message per directory
   if (told.insert(dir.string()).second)
     std::cerr << "volt: the kernel cache directory " << dir << " cannot be written (" << why << "); using "

@@ -15,8 +15,16 @@ Window2d Window2d::from_ints(const std::vector<int64_t>& v) {
 }
 
 int64_t Window2d::out_size(int d, int64_t n, const char* op) const {
-  const int64_t span = dilation[d] * (kernel[d] - 1) + 1;  // the dilated kernel
-  const int64_t padded = n + 2 * padding[d];
+  // The dilated kernel and the padded input, refused where they overflow.
+  int64_t span = 0, padded = 0;
+  const bool overflow = __builtin_mul_overflow(dilation[d], kernel[d] - 1, &span) ||
+                        __builtin_add_overflow(span, int64_t{1}, &span) ||
+                        __builtin_mul_overflow(padding[d], int64_t{2}, &padded) ||
+                        __builtin_add_overflow(padded, n, &padded);
+  VOLT_CHECK(!overflow, op,
+             "the window overflows 64 bits along the " << (d == 0 ? "height" : "width") << " (kernel " << kernel[d]
+                                                       << ", dilation " << dilation[d] << ", padding " << padding[d]
+                                                       << ", input " << n << ")");
   VOLT_CHECK(span <= padded, op,
              "the kernel (" << kernel[d] << (dilation[d] > 1 ? ", dilated to " + std::to_string(span) : std::string())
                             << ") is larger than the padded input (" << n << " + 2 * " << padding[d] << " = "

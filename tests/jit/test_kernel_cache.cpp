@@ -198,3 +198,40 @@ TEST_CASE("kernel cache: an unwritable cache directory falls back, with a messag
   CHECK(err.find("compiler") == std::string::npos);  // not blamed on the compiler
   fs::remove_all(root);
 }
+
+TEST_CASE("kernel cache: a directory where an entry's files should be is a warning, never an abort") {
+  const std::vector<float> x{-1.0f, 0.5f, 2.0f};
+  const fs::path base = fresh_dir("dir-base");
+  REQUIRE(run_in(base, f_fn) == f_want(x));
+  const fs::path lib = libraries(base).at(0);
+  for (const char* ext : {".so", ".key"}) {
+    CAPTURE(ext);
+    const fs::path d = fresh_dir(std::string("dir-at-") + (ext + 1));
+    fs::path blocked = d / lib.filename();
+    blocked.replace_extension(ext);
+    fs::create_directories(blocked / "inside");
+    std::string err;
+    CHECK(run_in(d, f_fn, &err) == f_want(x));
+    CHECK(err.find(lib.stem().string()) != std::string::npos);
+  }
+  fs::remove_all(base.parent_path());
+}
+
+TEST_CASE("kernel cache: the fallback directory is used only when private to this user") {
+  const fs::path shared = fs::temp_directory_path() / ("volt-kernels-" + std::to_string(::geteuid()));
+  const fs::path root = fresh_dir("not-private");
+  spit(root / "a-file", "not a directory");
+  const fs::path d = root / "a-file" / "kernels";
+  // Open to everyone (as another user could have made it): not used.
+  fs::create_directories(shared);
+  fs::permissions(shared, fs::perms::all);
+  std::string err;
+  CHECK(run_in(d, f_fn, &err) == f_want({-1.0f, 0.5f, 2.0f}));
+  CHECK(err.find("is not a private directory of this user") != std::string::npos);
+  CHECK(err.find("volt-kernels-") != std::string::npos);
+  // Private again: used, without that line.
+  fs::permissions(shared, fs::perms::owner_all, fs::perm_options::replace);
+  CHECK(run_in(d, g_fn, &err) == g_want({-1.0f, 0.5f, 2.0f}));
+  CHECK(err.find("is not a private directory") == std::string::npos);
+  fs::remove_all(root);
+}

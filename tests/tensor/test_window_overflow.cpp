@@ -1,0 +1,50 @@
+// Window arithmetic that would wrap 64 bits (a dilation of 2^62 makes the
+// dilated kernel's span wrap to 1) is refused with an error naming the op,
+// for convolutions and pools alike, instead of a crash or garbage.
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <string>
+
+#include <volt/tensor/conv.h>
+#include <volt/tensor/error.h>
+#include <volt/tensor/factories.h>
+
+using namespace volt;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("window ops: a dilation, padding or kernel that overflows 64 bits is an error naming the op") {
+  const Tensor x = Tensor::rand({1, 1, 8, 8}, DType::f32);
+  const Tensor w = Tensor::rand({1, 1, 3, 3}, DType::f32);
+  const int64_t huge = int64_t{1} << 62;
+  Conv2dOptions o;
+  o.dilation = {huge, 1};
+  std::string e = error_of([&] { conv2d(x, w, Tensor(), o); });
+  CHECK(e.find("conv") != std::string::npos);
+  CHECK(e.find("overflows 64 bits") != std::string::npos);
+  e = error_of([&] { max_pool2d(x, {3, 3}, {1, 1}, {0, 0}, {1, huge}); });
+  CHECK(e.find("max_pool2d") != std::string::npos);
+  CHECK(e.find("overflows 64 bits") != std::string::npos);
+  // Padding that doubles past 2^63.
+  o = Conv2dOptions();
+  o.padding = {huge + 1, 0};
+  e = error_of([&] { conv2d(x, w, Tensor(), o); });
+  CHECK(e.find("overflows 64 bits") != std::string::npos);
+  // A large but representable window still gets the ordinary message.
+  o = Conv2dOptions();
+  o.dilation = {1000, 1};
+  e = error_of([&] { conv2d(x, w, Tensor(), o); });
+  CHECK(e.find("larger than the padded input") != std::string::npos);
+}
