@@ -36,5 +36,5 @@
 #include <volt/data/sampler.h>
 #include <volt/data/transforms.h>
 #include <volt/jit/jit.h>
-#include <volt/jit/step.h>
+#include <volt/jit/step/step.h>
 #include <volt/jit/lazy/lazy.h>

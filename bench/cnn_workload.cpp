@@ -15,7 +15,7 @@
 #include "common.h"
 #include <volt/jit/jit.h>
 #include <volt/jit/lazy/lazy.h>
-#include <volt/jit/step.h>
+#include <volt/jit/step/step.h>
 #include <volt/nn/mnist_cnn.h>
 #include <volt/nn/optim.h>
 #include <volt/tensor/ops.h>

@@ -15,7 +15,7 @@
 #include <volt/jit/jit.h>
 #include <volt/nn/loss.h>
 #include <volt/nn/optim.h>
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/ops.h>
 
 #ifdef VOLT_WITH_CUDA

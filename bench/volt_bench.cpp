@@ -45,13 +45,13 @@
 #include <volt/data/dataset.h>
 #include <volt/jit/jit.h>
 #include <volt/jit/lazy/lazy.h>
-#include <volt/jit/step.h>
+#include <volt/jit/step/step.h>
 #include <volt/nn/loss.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
 #include <volt/tensor/backend.h>
-#include <volt/tensor/cpu_gemm.h>
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/gemm.h>
+#include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/dispatch.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>

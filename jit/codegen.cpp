@@ -7,8 +7,9 @@
 #include <unordered_map>
 
 #include <volt/jit/kernel_cache.h>
+#include <volt/math_functions_source.h>
 #include <volt/philox_source.h>
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/identifiers.h>
 
 namespace volt::jit {
@@ -107,9 +108,7 @@ std::string render(const BoundSymbol& f, const std::string& kernel_name,
 // Host-side definitions of the two macros.  A host kernel computes elements
 // [volt_begin, n); run_host_kernel splits a region over volt's threads, so
 // the loop itself is only vectorised (`omp simd`, no threads of its own).
-const char* kHostPrelude = R"volt(#include <cmath>
-using std::exp; using std::log; using std::sqrt; using std::tanh; using std::pow;
-#define VOLT_HD
+const char* kHostPrelude = R"volt(#define VOLT_HD
 #define VOLT_PASTE2(a, b) a##b
 #define VOLT_PASTE(a, b) VOLT_PASTE2(a, b)
 #define VOLT_KERNEL(name) extern "C" void VOLT_PASTE(name, VOLT_KEY)(long long volt_begin, long long n, \
@@ -182,7 +181,7 @@ std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& f, const ProxyNa
 }
 
 std::string host_source(const std::vector<const FusedKernel*>& kernels) {
-  std::string s = std::string(kHostPrelude) + kPhiloxSource + "\n";
+  std::string s = "#include <cmath>\n" + std::string(kMathFunctionsSource) + kHostPrelude + kPhiloxSource + "\n";
   for (const FusedKernel* k : kernels) s += k->body + "\n";
   return s;
 }

@@ -31,7 +31,7 @@
 namespace volt::jit {
 
 // A host kernel computes elements [begin, end) of its region; run_host_kernel
-// splits a region over volt's CPU threads (tensor/cpu_threads.h), the same
+// splits a region over volt's CPU threads (tensor/cpu/threads.h), the same
 // threads the GEMMs run on.  Element i draws Philox counter i whichever
 // thread computes it, so the split never changes a result.
 using KernelFn = void (*)(long long begin, long long end, void* const* args, unsigned long long rng_seed,

@@ -9,7 +9,6 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include <volt/jit/gemm_epilogue.h>
 #include <volt/jit/kernel_cache.h>
 #include <volt/jit/passes.h>
 
@@ -35,20 +34,24 @@ bool CpuFusionExecutor::can_fuse(const BoundSymbol& p) const {
   return true;
 }
 
+namespace {
+
+std::vector<RegionRunner>& region_runners() {
+  static auto* r = new std::vector<RegionRunner>;  // filled at start-up, read after
+  return *r;
+}
+
+}  // namespace
+
+void register_region_runner(RegionRunner runner) { region_runners().push_back(runner); }
+
 std::vector<Tensor> CpuFusionExecutor::run_fusion(const BoundSymbol& f, const std::vector<Tensor>& inputs,
                                                   const PhiloxState& rng) const {
+  for (const RegionRunner& r : region_runners())
+    if (r.takes(f)) return r.run(f, inputs, rng);
   std::vector<Tensor> keep;
   std::vector<void*> ptrs;
-  // A GEMM epilogue region (jit/gemm_epilogue.h): its kernel reads the product first.
-  const bool gemm = is_gemm_epilogue(f);
-  Tensor product;
-  if (gemm) {
-    product = Tensor::empty(f.subsymbols.front().outputs.front().sizes(), DType::f32, kCPU);
-    ptrs.push_back(product.raw_data());
-  }
-  const size_t operands = gemm ? gemm_operands(f) : 0;
-  for (size_t i = operands; i < inputs.size(); ++i) {
-    const Tensor& in = inputs[i];
+  for (const Tensor& in : inputs) {
     VOLT_CHECK(in.device().is_cpu(), f.fusion_name, "expected CPU tensors, got " << in.meta_str());
     keep.push_back(in.is_contiguous() ? in : in.contiguous());
     ptrs.push_back(keep.back().raw_data());
@@ -57,12 +60,6 @@ std::vector<Tensor> CpuFusionExecutor::run_fusion(const BoundSymbol& f, const st
   for (const Tensor& o : f.outputs) {
     outs.push_back(Tensor::empty(o.sizes(), o.dtype(), o.device()));
     ptrs.push_back(outs.back().raw_data());
-  }
-  if (gemm) {
-    VOLT_CHECK(inputs.size() >= operands, f.fusion_name, "expects its product's " << operands << " operands first");
-    run_gemm_epilogue(f, inputs.data(), product.data_ptr<float>(), ptrs.data(), rng.seed,
-                      rng.offset + f.kernel->rng_base);
-    return outs;
   }
   long long n = static_cast<long long>(f.subsymbols.front().outputs.front().numel());
   run_host_kernel(*f.kernel, n, ptrs.data(), rng.seed, rng.offset + f.kernel->rng_base);

@@ -29,6 +29,15 @@ class CpuFusionExecutor final : public FusionExecutor {
   KernelStats kernel_stats() const override;
 };
 
+// A region some rewrite made that cpu-fusion runs otherwise than as one
+// elementwise kernel (jit/rewrites/gemm_epilogue.h: in its product's store).
+// Registered at start-up by the rewrite; the first runner that takes a region runs it.
+struct RegionRunner {
+  bool (*takes)(const BoundSymbol& region);
+  std::vector<Tensor> (*run)(const BoundSymbol& region, const std::vector<Tensor>& inputs, const PhiloxState& rng);
+};
+void register_region_runner(RegionRunner runner);
+
 // Groups consecutive prims claimed by the same fusion executor, over one
 // shape, into fusion bound symbols named prefix0, prefix1, ... and generates
 // each one's kernel.  Elementwise CPU prims nobody claimed (a trace that

@@ -1,6 +1,13 @@
 // The grad pass: from a forward trace, an augmented forward trace (outputs plus
 // what backward needs) and a backward trace, both made by tracing the same VJP
-// rules eager autograd runs (autograd/vjp.cpp).
+// rules eager autograd runs (autograd/vjp.cpp).  In jit/grad.cpp, in order:
+//   1. the VJP walk (walk_vjps): each unit's rule traced in reverse order;
+//   2. the choice of saved values (choose_saved): saved, or regenerated when
+//      cheap to make again from nothing saved (a dropout mask from its seed);
+//   3. rematerialisation (rematerialize): each regenerated value right before
+//      its first use in backward, so it fuses with its reader;
+//   4. placement in the forward (augmented_forward): ops opened where backward
+//      reads a value made inside them, the saved values returned.
 #pragma once
 #include <vector>
 
@@ -11,7 +18,6 @@ namespace volt::jit {
 struct GradTraces {
   Trace forward;   // returns the outputs, then the saved tensors
   Trace backward;  // inputs: saved tensors, then one cotangent per output; returns input grads
-  size_t num_outputs = 0;
   std::vector<int> grad_input_index;  // for each backward output, which forward input it belongs to
 };
 

@@ -10,14 +10,14 @@
 #include <volt/autograd/node.h>
 #include <volt/jit/check.h>
 #include <volt/jit/codegen.h>
+#include <volt/jit/events.h>
 #include <volt/jit/fusion.h>
 #include <volt/jit/grad.h>
 #include <volt/jit/kernel_cache.h>
-#include <volt/jit/conv_relu.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/pipeline.h>
-#include <volt/jit/report.h>
 #include <volt/jit/tracer.h>
+#include <volt/tensor/log.h>
 #include <volt/tensor/ops.h>
 
 namespace volt::jit {
@@ -53,12 +53,14 @@ JitFunction JitFunction::transformed(CallTransform t) const {
 // training flag, grad mode, the executors.
 std::string JitFunction::key_for(const std::vector<Tensor>& args, size_t n_primals) const {
   std::ostringstream os;
-  auto add = [&](const char* what, size_t i, const Tensor& t) {
-    os << what << i << "=" << t.meta_str() << (t.is_contiguous() ? "" : ",strided")
+  auto add = [&](const std::string& what, const Tensor& t) {
+    os << what << "=" << t.meta_str() << (t.is_contiguous() ? "" : ",strided")
        << (t.requires_grad() ? ",grad" : "") << ";";
   };
-  for (size_t i = 0; i < args.size(); ++i) add("input", i, args[i]);
-  for (size_t i = 0; i < captured_.size(); ++i) add("param", i, captured_[i]);
+  for (size_t i = 0; i < args.size(); ++i) add("input" + std::to_string(i), args[i]);
+  // Parameters by the names the traces give them (_0_weight).
+  for (size_t i = 0; i < captured_.size(); ++i)
+    add(i < captured_names_.size() ? captured_names_[i] : "param" + std::to_string(i), captured_[i]);
   if (transform_ == CallTransform::Vjp) os << "primals=" << n_primals << ";";
   os << "training=" << (training_ ? training_() : false) << ";grad_mode=" << grad_enabled() << ";executors=";
   for (const Executor* e : executors_) os << e->name() << ",";
@@ -140,7 +142,8 @@ std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tenso
   e->guards = tr.trace.guards;
   e->traces.push_back(tr.trace);
   e->traces.push_back(dce_cse_pass(e->traces.back()));
-  conv_relu_pass(e->traces);  // before the grad pass: its VJP reads the output
+  // The rewrites of prims before the grad pass: a fused prim's VJP reads its output.
+  run_stage(PassStage::Prims, e->traces, options_.pipeline);
   e->num_outputs = e->traces.back().outputs.size();
   const size_t n_captured = captured_.size();
 
@@ -190,7 +193,7 @@ std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tenso
     e->traces.push_back(dce_cse_pass(t));
     e->traces.back().provenance = "Grad transform";
     e->num_outputs = e->traces.back().outputs.size();
-    compile_pipeline(e->traces, *e->names, executors_);
+    compile_pipeline(e->traces, *e->names, executors_, options_.pipeline);
     return e;
   }
 
@@ -209,8 +212,8 @@ std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tenso
   // comes from the backward trace, or where no gradient is needed.  Otherwise
   // every prim runs eagerly and the tape records it.
   if (!e->backward_traces.empty() || !(grad_enabled() && any)) {
-    compile_pipeline(e->traces, *e->names, executors_);
-    if (!e->backward_traces.empty()) compile_pipeline(e->backward_traces, *e->names, executors_);
+    compile_pipeline(e->traces, *e->names, executors_, options_.pipeline);
+    if (!e->backward_traces.empty()) compile_pipeline(e->backward_traces, *e->names, executors_, options_.pipeline);
   } else {
     prepare(e->traces.back());
   }
@@ -286,11 +289,7 @@ std::vector<Tensor> JitFunction::call(const std::vector<Tensor>& args, size_t n_
         state_->miss_reason = reason;
       }
       const int64_t misses = ++state_->misses;
-      static const bool log = [] {
-        const char* e = std::getenv("VOLT_JIT_LOG");
-        return e && std::string(e).find("recompile") != std::string::npos;
-      }();
-      if (log) std::cerr << "volt.jit: compiling (" << reason << ")\n";
+      if (log_enabled("jit")) std::cerr << "volt.jit: compiling (" << reason << ")\n";
       if (misses == 9 && caching)
         std::cerr << "volt.jit: warning: this function was compiled 9 times; inputs whose shapes, "
                      "dtypes or requires_grad keep changing defeat the cache (last change: "
@@ -320,7 +319,7 @@ std::vector<Tensor> JitFunction::call(const std::vector<Tensor>& args, size_t n_
       state_->last_key = key;
       state_->last = entry;
       lock.unlock();
-      if (report_enabled()) report_jit_compile(*this, state_);
+      publish_compile({CompileSource::Jit, this, state_, key, reason, &entry->traces});
     } else {
       ++entry->hits;
       ++state_->hits;

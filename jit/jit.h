@@ -6,8 +6,9 @@
 //
 // When the call needs gradients the trace is differentiated symbolically into
 // an augmented forward and a backward trace; loss.backward() runs the backward
-// trace and accumulates into the shared parameters' .grad.  Both run on the
-// eager executor (every prim through the eager kernels).
+// trace and accumulates into the shared parameters' .grad.  Both go through
+// the compile pipeline (jit/pipeline.h): executors claim ops, elementwise runs
+// become fused kernels, the rewrites of jit/rewrites/ apply unless switched off.
 //
 // Threads: one JitFunction may be called from several threads at once.  A
 // call looks its entry up under a lock, compiles (one compile at a time per
@@ -31,6 +32,7 @@
 #include <volt/jit/executor.h>
 #include <volt/jit/executor_registry.h>
 #include <volt/jit/grad_transform.h>
+#include <volt/jit/pipeline.h>
 #include <volt/jit/trace.h>
 
 namespace volt::jit {
@@ -51,6 +53,11 @@ struct JitOptions {
   // Tried in this order before the built-in executors (cpu-fusion, eager).
   std::vector<std::reference_wrapper<Executor>> executors;
   CacheMode cache = CacheMode::Metadata;
+  // The compile pipeline's rewrites (jit/pipeline.h): pipeline.rewrites = false
+  // (or VOLT_JIT_REWRITES=0) compiles the plain trace.
+  PipelineOptions pipeline{};
+  // What reports call the function (jit(module) sets the module's type name).
+  std::string name;
 };
 
 // What a call returns: the function's outputs, or (grad transforms) the
@@ -74,6 +81,8 @@ class JitFunction {
   std::vector<Tensor> operator()(const std::vector<Tensor>& primals, const std::vector<Tensor>& cotangents);
 
   const std::vector<Trace>& last_traces() const;
+  // JitOptions::name: "MLP" for a jitted MLP, "" for an unnamed function.
+  const std::string& name() const { return options_.name; }
   // The backward traces of the last call (empty when it needed no gradient).
   const std::vector<Trace>& last_backward_traces() const;
   int64_t cache_hits() const { return state_->hits; }
@@ -92,7 +101,7 @@ class JitFunction {
   // What the last cache miss cost, pass by pass (forward and backward).
   CompileStats compile_stats() const;
 
-  // One cached entry as a report shows it (jit/report.h).
+  // One cached entry as a report shows it (jit/inspect/report.h).
   struct EntryInfo {
     std::string key;     // the readable cache key
     std::string reason;  // why it was compiled
@@ -191,6 +200,8 @@ JitFunction jit(std::shared_ptr<M> module, JitOptions options = {}) {
     params.push_back(p);
     names.push_back(proxy_name_for(name));
   }
+  if constexpr (requires { module->type_name(); })
+    if (options.name.empty()) options.name = module->type_name();
   return JitFunction([module](const std::vector<Tensor>& in) { return std::vector<Tensor>{module->forward(in.at(0))}; },
                      {"input"}, params, names, [module] { return module->is_training(); }, std::move(options));
 }

@@ -37,7 +37,7 @@ namespace volt::jit {
 std::vector<void*> load_host_kernels(const std::string& source, const std::vector<std::string>& names,
                                      std::string* error);
 
-// One load_host_kernels call, kept for reports (jit/report.h): where the
+// One load_host_kernels call, kept for reports (jit/inspect/report.h): where the
 // kernels came from ("compiled", "disk cache", "loaded already") and what it cost.
 struct KernelLoad {
   std::vector<std::string> names;  // the kernels' symbols (FusedKernel::symbol)

@@ -35,15 +35,6 @@ std::string cse_key(const OpCall& c) {
 
 }  // namespace
 
-Trace decompose_pass(const Trace& t) {
-  auto t0 = Clock::now();
-  Trace r = t;
-  r.bsyms = flatten_to_prims(t.bsyms);
-  r.provenance = "Decompose into prims";
-  r.millis = ms_since(t0);
-  return r;
-}
-
 Trace dce_cse_pass(const Trace& t) {
   auto t0 = Clock::now();
   Trace r = t;
@@ -84,6 +75,40 @@ Trace dce_cse_pass(const Trace& t) {
   r.provenance = "Dead code and common subexpression elimination";
   r.millis = ms_since(t0);
   return r;
+}
+
+void produced_inside(const BoundSymbol& b, std::unordered_set<int64_t>& ids) {
+  for (const BoundSymbol& s : b.subsymbols) {
+    for (const Tensor& o : s.outputs) ids.insert(id_of(o));
+    produced_inside(s, ids);
+  }
+}
+
+std::vector<BoundSymbol> expose(const std::vector<BoundSymbol>& bsyms, const std::unordered_set<int64_t>& used,
+                                bool wrap_prims) {
+  std::vector<BoundSymbol> out;
+  for (const BoundSymbol& b : bsyms) {
+    std::unordered_set<int64_t> inner;
+    if (!b.top_level_prim) produced_inside(b, inner);
+    for (const Tensor& o : b.outputs) inner.erase(id_of(o));
+    bool open = false;
+    for (int64_t id : inner) open = open || used.count(id) > 0;
+    if (!open) {
+      out.push_back(b);
+      continue;
+    }
+    std::vector<BoundSymbol> parts = expose(b.subsymbols, used, wrap_prims);
+    if (wrap_prims)
+      for (BoundSymbol& p : parts)
+        if (p.subsymbols.empty()) {
+          BoundSymbol top = p;
+          top.subsymbols = {p};
+          top.top_level_prim = true;
+          p = std::move(top);
+        }
+    out.insert(out.end(), parts.begin(), parts.end());
+  }
+  return out;
 }
 
 }  // namespace volt::jit

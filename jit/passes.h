@@ -2,6 +2,9 @@
 // its name and how long it took, so the list of traces tells the whole story.
 #pragma once
 #include <chrono>
+#include <cstdint>
+#include <unordered_set>
+#include <vector>
 
 #include <volt/jit/trace.h>
 
@@ -12,9 +15,17 @@ inline double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// Replaces every op by the prims it decomposes into.
-Trace decompose_pass(const Trace& t);
 // Dead-code elimination, then common-subexpression elimination (random draws are never merged).
 Trace dce_cse_pass(const Trace& t);
+
+// The ids of the values made inside b's decomposition, at any depth.
+void produced_inside(const BoundSymbol& b, std::unordered_set<int64_t>& ids);
+// An op whose inner values are read outside it (backward reads the dropout
+// mask made inside dropout) is replaced by its parts, so that every value a
+// bound symbol reads is made by an earlier one at the same level; other ops
+// stay whole.  wrap_prims: a bare prim brought to the top becomes a top-level
+// prim bound symbol (prints as one line, as a traced prim does).
+std::vector<BoundSymbol> expose(const std::vector<BoundSymbol>& bsyms, const std::unordered_set<int64_t>& used,
+                                bool wrap_prims);
 
 }  // namespace volt::jit

@@ -95,7 +95,7 @@ struct Trace {
   std::shared_ptr<const ProxyNames> names;
 
   std::string str() const;
-  // The trace as a Graphviz DOT graph (jit/dot.h).
+  // The trace as a Graphviz DOT graph (jit/inspect/dot.h).
   std::string to_dot() const;
 };
 

@@ -5,7 +5,7 @@
 #include <type_traits>
 
 #include <volt/nn/optim.h>
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/dispatch.h>
 #include <volt/tensor/ops.h>
 

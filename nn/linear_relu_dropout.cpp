@@ -1,6 +1,6 @@
 // nn::functional::linear_relu_dropout: dropout(relu(linear(x, W, b)), p) as one
 // op in eager mode on the CPU -- the bias and the ReLU in the GEMM's store, the
-// dropout mask drawn in its epilogue (tensor/cpu_linear_dropout.cpp) -- with the
+// dropout mask drawn in its epilogue (tensor/cpu/linear_dropout.cpp) -- with the
 // eager dropout's draws, so it gives the chain's bits for the same generator
 // state.  Its gradient reads only the output: y > 0 exactly where the element
 // was kept and its pre-activation was positive, so dL/dz = g / (1 - p) there and
@@ -8,7 +8,7 @@
 // another device, other dtypes) it is the chain itself.
 #include <volt/autograd/node.h>
 #include <volt/nn/functional.h>
-#include <volt/tensor/cpu_gemm.h>
+#include <volt/tensor/cpu/gemm.h>
 #include <volt/tensor/random.h>
 
 namespace volt::nn::functional {

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/cuda/optim.h>
 #include <volt/tensor/dispatch.h>
 #include <volt/tensor/ops.h>
@@ -151,7 +151,7 @@ void adam_multi(const std::vector<AdamWork<T>>& work) {
     total += work[w].n;
   }
   const int64_t nb = static_cast<int64_t>(blocks.size());
-  // On volt's threads (tensor/cpu_threads.h), as the backend's loops: one set of threads.
+  // On volt's threads (tensor/cpu/threads.h), as the backend's loops: one set of threads.
   cpu::parallel_for(nb, total >= kParallelGrain ? 1 : std::max<int64_t>(1, nb), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const AdamWork<T>& w = work[blocks[b].first];

@@ -12,7 +12,7 @@
 // one matmul with the weight as an (O, C * kh * kw) matrix, the bias added (and
 // a ReLU where asked); convolution_by_parts runs exactly that with the window
 // prims and matmul (the CUDA backend does; the CPU has one kernel per image,
-// tensor/cpu_conv.cpp).  conv2d_relu(x, w, b) = relu(conv2d(x, w, b)) in one
+// tensor/cpu/windows.cpp).  conv2d_relu(x, w, b) = relu(conv2d(x, w, b)) in one
 // pass where no gradient is wanted (bias and ReLU applied as each tile of the
 // product is stored), else as conv2d then relu.  max_pool2d is a prim with its own gradient
 // prim, max_pool2d_backward, which sends each output's gradient to the first

@@ -28,7 +28,7 @@ struct CustomOpDef {
   VjpFn vjp;
   // A collective (an all-reduce across processes): every process must run it
   // in the same order; the jit runs it right after its last input is made
-  // (jit/collectives.h) and never moves it into a fused region.
+  // (jit/step/collectives.h) and never moves it into a fused region.
   bool collective = false;
   // How traces print a call: arguments from the first named one on print as
   // name=value; a scalar argument prints as scalar_repr says ("" or unset: as

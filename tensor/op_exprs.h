@@ -13,11 +13,7 @@
 
 namespace volt::op_exprs {
 
-using std::exp;
-using std::log;
-using std::pow;
-using std::sqrt;
-using std::tanh;
+#include <volt/tensor/math_functions.inc>
 
 #define VOLT_OP_EXPR_FN(name, kind, ...)                                                         \
   template <class T, class A>                                                                    \

@@ -2,8 +2,11 @@
 // scalar expression that defines the op (a, b, c are the operands in the
 // compute dtype, T the result's C type): the CPU kernels call it as a C++
 // function (tensor/op_exprs.h), the generated kernels (the jit's fusions, the
-// CUDA eager kernels) receive it as text.  Adding an elementwise prim is one
-// row here plus its meta and its VJP rule (autograd/vjp.cpp).
+// CUDA eager kernels) receive it as text.  Adding an elementwise prim is a
+// row here, its case in the CPU kernels' switch (tensor/cpu/elementwise.cpp),
+// its VJP rule (autograd/vjp.cpp), its public function (tensor/ops.h) and its
+// test rows; the math functions its expression calls are listed once, in
+// tensor/math_functions.inc.
 #pragma once
 #include <cstdint>
 

@@ -3,7 +3,8 @@
 # (examples/tutorial/chNN_*.cpp) is run, its output compared with
 # docs/tutorial/output/chNN_*.txt, and the block the chapter quotes
 # (after "<!-- output: chNN_name -->" in docs/tutorial/NN_*.md) compared with
-# the same file.
+# the same file; every fusion the chapter's prose names (cpuFusion12) is one
+# the output prints.
 #
 #   docs/tutorial/outputs.sh [BUILD_DIR]            # check (what the test suite runs)
 #   docs/tutorial/outputs.sh --update [BUILD_DIR]   # rewrite the outputs and the quoted blocks
@@ -57,6 +58,12 @@ for src in "${sources[@]}"; do
     echo "$name: ${md[0]#$root/} quotes something else than ${golden#$root/}:"; cat /tmp/volt-tutorial-$$.diff; status=1
   fi
   rm -f /tmp/volt-tutorial-$$.diff
+  # Every fusion the chapter's prose names (outside its code blocks) is one the output prints.
+  for fusion in $(awk '/^```/ { code = !code; next } !code' "${md[0]}" | grep -oE '\b(cpu|nvrtc)Fusion[0-9]+\b' | sort -u); do
+    if ! grep -qE "\\b$fusion\\b" "$golden"; then
+      echo "$name: ${md[0]#$root/} names $fusion, which its output does not print"; status=1
+    fi
+  done
 done
 [ "$status" = 0 ] && echo "tutorial: ${#sources[@]} chapters match their outputs"
 exit "$status"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/threads.h>
 #ifdef VOLT_WITH_CUDA
 #include <volt/tensor/cuda/nvrtc.h>
 #endif

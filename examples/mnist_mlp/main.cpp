@@ -27,7 +27,7 @@
 
 #include "common/training_log.h"
 #include <volt/jit/jit.h>
-#include <volt/jit/step.h>
+#include <volt/jit/step/step.h>
 
 #include <volt/data/dataloader.h>
 #include <volt/data/dataset.h>

@@ -5,7 +5,7 @@
 #include <iostream>
 
 #include <volt/autograd/node.h>
-#include <volt/jit/dot.h>
+#include <volt/jit/inspect/dot.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 

@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include <volt/jit/jit.h>
-#include <volt/jit/report.h>
+#include <volt/jit/inspect/report.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 

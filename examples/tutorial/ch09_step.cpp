@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include <volt/jit/step.h>
+#include <volt/jit/step/step.h>
 #include <volt/nn/linear.h>
 #include <volt/nn/optim.h>
 #include <volt/tensor/ops.h>

@@ -60,7 +60,7 @@ class NvrtcExecutor final : public FusionExecutor {
           throw;
         }
         ++stats_.kernels;
-        // For reports (jit/report.h): how this kernel was built.
+        // For reports (jit/inspect/report.h): how this kernel was built.
         const vc::CompileCounters after = vc::compile_counters();
         KernelLoad load;
         load.names = {b.kernel->symbol};

@@ -6,7 +6,7 @@
 #include <set>
 #include <unordered_map>
 
-#include <volt/jit/collectives.h>
+#include <volt/jit/step/collectives.h>
 #include <volt/jit/executor.h>
 #include <volt/jit/tracer.h>
 #include <volt/tensor/cuda/backend.h>
@@ -16,6 +16,7 @@
 #include <volt/tensor/custom_op.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
+#include <volt/tensor/log.h>
 
 namespace volt::jit::cuda {
 
@@ -190,11 +191,7 @@ bool StepGraph::applies(const Trace& trace, const std::vector<Tensor>& state, co
     if (t.device() != d) return false;
   const std::string why = refusal(trace);
   if (why.empty()) return true;
-  static const bool log = [] {
-    const char* e = std::getenv("VOLT_JIT_LOG");
-    return e && std::string(e).find("graph") != std::string::npos;
-  }();
-  if (log) {
+  if (log_enabled("graph")) {
     static std::mutex mutex;
     static std::set<std::string> said;
     std::lock_guard<std::mutex> lock(mutex);

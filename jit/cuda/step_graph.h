@@ -1,4 +1,4 @@
-// A compiled training step (jit/step.h) on a GPU: captured once into a CUDA
+// A compiled training step (jit/step/step.h) on a GPU: captured once into a CUDA
 // graph and replayed by one launch per step.
 //
 // The capture runs the step's final trace once under stream capture, with
@@ -40,7 +40,7 @@ class StepGraph {
 
   // Whether a step with this trace, state and arguments is captured: one CUDA
   // device for all of them, and nothing in the trace that refusal() names.
-  // With VOLT_JIT_LOG=graph a CUDA step that is not captured for refusal()'s
+  // With VOLT_LOG=graph a CUDA step that is not captured for refusal()'s
   // reason says so on stderr (once per reason).
   static bool applies(const Trace& trace, const std::vector<Tensor>& state, const std::vector<Tensor>& args);
   // Why a step with this trace runs launch by launch, "" if nothing in it

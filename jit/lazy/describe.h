@@ -1,6 +1,6 @@
 // Why the lazy device compiled a graph (private to jit/lazy): a graph in plain
 // words (ops, operand shapes and dtypes, attributes), and the first difference
-// between the last compiled graph and a new one, as VOLT_LAZY_LOG=compile and
+// between the last compiled graph and a new one, as VOLT_LOG=lazy and
 // lazy::last_compile_reason() report it.
 #pragma once
 #include <cstdint>

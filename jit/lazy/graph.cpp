@@ -7,11 +7,12 @@
 #include <iostream>
 #include <unordered_set>
 
+#include <volt/jit/events.h>
 #include <volt/jit/executor.h>
 #include <volt/jit/lazy/internal.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/pipeline.h>
-#include <volt/jit/report.h>
+#include <volt/tensor/log.h>
 
 namespace volt::lazy::detail {
 
@@ -234,15 +235,14 @@ std::shared_ptr<Entry> lookup_or_compile(const Graph& g, Reason why) {
     return *it->second;
   }
   count("UncachedCompile");
-  const char* log_env = std::getenv("VOLT_LAZY_LOG");  // read per compile: compiles are rare
-  const bool log = log_env && std::string(log_env).find("compile") != std::string::npos;
+  const bool log = log_enabled("lazy");
   detail::GraphDesc desc = describe_graph(g);
   s.last_reason = s.last_compiled ? detail::compile_reason(s.last_desc, desc) : "the first graph";
   s.last_desc = std::move(desc);
   if (log) std::cerr << "volt.lazy: compiling a graph of " << g.nodes.size() << " nodes (" << s.last_reason << ")\n";
   std::shared_ptr<Entry> e = compile(g);
   s.last_compiled = e;
-  if (jit::report_enabled()) jit::report_lazy_compile(e->traces, g.key, reason_name(why), g.nodes.size());
+  jit::publish_compile({jit::CompileSource::Lazy, nullptr, nullptr, g.key, reason_name(why), &e->traces, g.nodes.size()});
   if (s.cache_capacity == 0) return e;
   s.lru.push_front(e);
   s.cache[e->key] = s.lru.begin();

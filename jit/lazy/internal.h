@@ -1,8 +1,11 @@
 // The lazy device's insides (private to jit/lazy), shared by its files:
 //   record.cpp   ops on lazy tensors become nodes; fallbacks; Tensor::to and copy_
-//   graph.cpp    a graph's post-order and cache key, lowering, compile, the cache
+//   graph.cpp    a graph's post-order and cache key, lowering, compile through
+//                the jit's pipeline (jit/pipeline.h), the cache
+//   plan.cpp     a CPU graph run from a memory plan (jit/step/memory_plan.h)
 //   describe.cpp a graph in words, and why it was compiled
-//   run.cpp      running a graph here or on the step runner (runner.cpp)
+//   run.cpp      running a graph here or on the step runner
+//   runner.cpp   the step runner: graphs run on a thread of their own (mark_step is async)
 //   lazy.cpp     the state, the public API (lazy.h) and the metrics
 //
 // A lazy tensor has no storage; its TensorImpl::backend_state points at a

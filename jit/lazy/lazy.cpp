@@ -12,7 +12,7 @@
 #include <volt/jit/kernel_cache.h>
 #include <volt/jit/lazy/internal.h>
 #include <volt/tensor/backend.h>
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/threads.h>
 
 namespace volt::lazy {
 

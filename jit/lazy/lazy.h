@@ -24,7 +24,7 @@
 // A graph passes its first draw's (seed, offset) at run time and the others
 // relative to it, so the counters are not part of the cache key.
 //
-// VOLT_LAZY_LOG=compile prints each compile and why it did not hit the cache:
+// VOLT_LOG=lazy prints each compile and why it did not hit the cache:
 // the first op, operand shape or dtype, or attribute that differs from the
 // last compiled graph (last_compile_reason() below).
 //
@@ -82,7 +82,7 @@ AsyncMode async_mode();
 bool async();  // the mode as it applies now (Auto resolved)
 
 // Whether a mark_step's graph on the CPU runs from a memory plan
-// (jit/memory_plan.h, one per compiled graph): its intermediates live in an
+// (jit/step/memory_plan.h, one per compiled graph): its intermediates live in an
 // arena reused step to step, and a new value of a tensor (a parameter, an
 // optimizer's moment) is written into the buffer of the old value it replaces
 // when nothing else can read that old value any more (no other lazy tensor
@@ -125,7 +125,7 @@ std::string dump(const Tensor& t);
 const std::vector<jit::Trace>& last_compiled_traces();
 // Why the last graph was compiled: "the first graph", or its first difference
 // from the graph compiled before it, in words ("mul (node 3): operand 0 has
-// shape [32, 10], was [64, 10]"); VOLT_LAZY_LOG=compile prints it with each compile.
+// shape [32, 10], was [64, 10]"); VOLT_LOG=lazy prints it with each compile.
 std::string last_compile_reason();
 // Whether t holds its value (true) or a pending node (false).
 bool has_value(const Tensor& t);

@@ -1,4 +1,4 @@
-// A CPU graph run from a memory plan (jit/memory_plan.h): intermediates in an
+// A CPU graph run from a memory plan (jit/step/memory_plan.h): intermediates in an
 // arena kept with the compiled graph, and a tensor's new value written into
 // the buffer of the old value it replaces when no one can read that old value
 // any more (jit/lazy/internal.h lists the functions).
@@ -23,7 +23,7 @@
 #include <volt/jit/codegen.h>
 #include <volt/jit/interpreter.h>
 #include <volt/jit/lazy/internal.h>
-#include <volt/jit/memory_plan.h>
+#include <volt/jit/step/memory_plan.h>
 
 namespace volt::lazy::detail {
 

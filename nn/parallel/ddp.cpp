@@ -108,7 +108,7 @@ void DistributedDataParallel::on_grad_ready(const std::shared_ptr<TensorImpl>& l
   }
   const size_t k = it->second;
   if (ready_[k]) return;
-  // compile_step traces with the parameters' data set aside (jit/step_trace.h).
+  // compile_step traces with the parameters' data set aside (jit/step/step_trace.h).
   traced_ = !params_[k].has_data();
   mark_ready(k);
 }

@@ -33,7 +33,7 @@
 // Traced by volt::jit::compile_step, the same hooks record one op per bucket,
 // `dist.all_reduce_mean(g...)` (nn/parallel/all_reduce_op.h), whose outputs the
 // optimizer reads; the jit places it right after the last gradient of its
-// bucket (jit/collectives.h).
+// bucket (jit/step/collectives.h).
 #pragma once
 #include <cstdint>
 #include <memory>

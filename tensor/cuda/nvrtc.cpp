@@ -15,6 +15,7 @@
 
 #include <volt/tensor/cuda/runtime.h>
 #include <volt/philox_source.h>
+#include <volt/tensor/log.h>
 
 namespace volt::cuda {
 
@@ -227,10 +228,10 @@ cudaKernel_t get_kernel(const std::string& source, const std::string& name, int 
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       g_counters.compile_ms += ms;
       ++g_counters.compiled;
-      // VOLT_CUDA_LOG=compile names each NVRTC compile; =source adds the source.
-      if (const char* e = std::getenv("VOLT_CUDA_LOG")) {
+      // VOLT_LOG=cuda names each NVRTC compile; cuda-source adds the source.
+      if (log_enabled("cuda") || log_enabled("cuda-source")) {
         std::cerr << "volt.cuda: NVRTC compiled " << name << " for " << arch << " in " << ms << " ms\n";
-        if (std::string(e).find("source") != std::string::npos) std::cerr << numbered(source);
+        if (log_enabled("cuda-source")) std::cerr << numbered(source);
       }
       std::error_code ec;
       fs::create_directories(dir, ec);

@@ -9,8 +9,8 @@
 // The disk cache lives in $VOLT_KERNEL_CACHE or ~/.cache/volt/kernels; an entry
 // is keyed by the source's hash, the architecture, the NVRTC version and the
 // volt version, and written under a temporary name then renamed, so another
-// process never reads half a file.  VOLT_CUDA_LOG=compile prints each NVRTC
-// compile with its time; VOLT_CUDA_LOG=source prints the source too.
+// process never reads half a file.  VOLT_LOG=cuda prints each NVRTC
+// compile with its time; VOLT_LOG=cuda-source prints the source too.
 #pragma once
 #include <cuda_runtime_api.h>
 

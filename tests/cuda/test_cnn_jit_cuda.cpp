@@ -8,7 +8,7 @@
 #include <memory>
 
 #include <volt/jit/jit.h>
-#include <volt/jit/step.h>
+#include <volt/jit/step/step.h>
 #include <volt/nn/mnist_cnn.h>
 #include <volt/nn/optim.h>
 #include <volt/tensor/cuda/runtime.h>

@@ -424,7 +424,7 @@ TEST_CASE("cuda: the MNIST training step's 10 fused regions build 4 kernels on t
   CHECK(jit::compile_stats(jg).fusions == 10);
   CHECK(after.kernels - before.kernels == 4);
   CHECK(after.shared - before.shared == 6);
-  // Each of the 4 builds is in the kernel log that reports read (jit/report.h).
+  // Each of the 4 builds is in the kernel log that reports read (jit/inspect/report.h).
   std::set<std::string> logged;
   for (const jit::KernelLoad& l : jit::recent_kernel_loads())
     if (l.compiler == "NVRTC")

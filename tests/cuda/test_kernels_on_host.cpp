@@ -28,6 +28,7 @@
 #include <volt/tensor/cuda/nvrtc.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
+#include <volt/math_functions_source.h>
 
 using namespace volt;
 
@@ -38,7 +39,6 @@ const char* kHostShim = R"volt(#include <cmath>
 #include <cstddef>
 #include <type_traits>
 #include <utility>
-using std::exp; using std::log; using std::sqrt; using std::tanh; using std::pow;
 #define __global__
 #define __device__
 #define __shared__ static
@@ -68,7 +68,7 @@ class HostKernels {
   // `prelude`: the eager kernels' (cuda::prelude) or the jit's fused kernels' (jit::cuda_prelude).
   bool build(const std::string& prelude = cuda::prelude()) {
     namespace fs = std::filesystem;
-    std::string src = std::string(kHostShim) + prelude;
+    std::string src = std::string(kHostShim) + kMathFunctionsSource + prelude;
     for (const std::string& n : order_) src += bodies_[n] + "\nVOLT_WRAP(" + n + ")\n";
     // A fresh path each time: dlopen hands back an already loaded library by name.
     static int count = 0;

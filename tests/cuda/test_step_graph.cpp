@@ -8,7 +8,7 @@
 #include <cmath>
 #include <memory>
 
-#include <volt/jit/step.h>
+#include <volt/jit/step/step.h>
 #include <volt/nn/functional.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>

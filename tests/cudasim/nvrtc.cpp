@@ -3,6 +3,8 @@
 // __shared__ their meaning, into a shared library whose bytes are the "CUBIN".
 #include "sim.h"
 
+#include <volt/math_functions_source.h>
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,8 +26,6 @@ const char* const kKernelShim = R"sim(// cudasim kernel shim
 #include <tuple>
 #include <type_traits>
 #include <utility>
-using std::exp; using std::log; using std::sqrt; using std::tanh; using std::pow; using std::fabs;
-using std::floor; using std::ceil;
 #define __global__
 #define __device__
 #define __host__
@@ -86,11 +86,12 @@ const char* nvrtcGetErrorString(nvrtcResult r) {
   }
 }
 
-// Version 0.h, h a hash of the kernel shim: volt's kernel cache keys on this,
+// Version 0.h, h a hash of the kernel shim and the math functions: volt's kernel cache keys on this,
 // so a real NVRTC's entries and those of an older shim are never loaded.
 nvrtcResult nvrtcVersion(int* major, int* minor) {
   unsigned h = 2166136261u;
-  for (const char* c = kKernelShim; *c; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 16777619u;
+  for (const char* text : {kKernelShim, volt::kMathFunctionsSource})
+    for (const char* c = text; *c; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 16777619u;
   *major = 0;
   *minor = static_cast<int>(h % 1000000);
   return NVRTC_SUCCESS;
@@ -137,7 +138,7 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int, const char* const*) {
     if (std::regex_search(line, m, direct) || std::regex_search(line, m, macro))
       if (names.insert(m[1]).second) order.push_back(m[1]);
   }
-  std::string src = std::string(kKernelShim) + prog->source + "\n";
+  std::string src = std::string(kKernelShim) + volt::kMathFunctionsSource + prog->source + "\n";
   for (const std::string& n : order) src += "VOLT_SIM_EXPORT(" + n + ")\n";
 
   char dir[] = "/tmp/volt_cudasim_build_XXXXXX";

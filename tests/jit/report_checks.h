@@ -8,8 +8,8 @@
 #include <regex>
 #include <string>
 
-#include <volt/jit/dot.h>
-#include <volt/jit/report.h>
+#include <volt/jit/inspect/dot.h>
+#include <volt/jit/inspect/report.h>
 
 namespace report_checks {
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include <volt/jit/jit.h>
-#include <volt/jit/step.h>
+#include <volt/jit/step/step.h>
 #include <volt/jit/lazy/lazy.h>
 #include <volt/nn/lr_scheduler.h>
 #include <volt/nn/mnist_cnn.h>

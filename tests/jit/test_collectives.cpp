@@ -1,12 +1,12 @@
-// The jit's placement of collective ops (jit/collectives.h), with a stand-in
+// The jit's placement of collective ops (jit/step/collectives.h), with a stand-in
 // collective (one process: the identity) so that it runs without MPI.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <memory>
 
-#include <volt/jit/collectives.h>
-#include <volt/jit/step.h>
+#include <volt/jit/step/collectives.h>
+#include <volt/jit/step/step.h>
 #include <volt/nn/functional.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>

@@ -1,7 +1,7 @@
 // relu(convolution(...)) runs as one convolution with its relu flag in every
 // traced mode (jit of a module, training and eval; compile_step; the lazy
 // device), and its backward masks the gradient with the fused output's sign
-// instead of running the convolution again (jit/conv_relu.h).  References:
+// instead of running the convolution again (jit/rewrites/conv_relu.h).  References:
 // eager mode's unfused steps, and finite differences in f64.
 #include <doctest/doctest.h>
 
@@ -13,7 +13,7 @@
 #include <volt/jit/check.h>
 #include <volt/jit/jit.h>
 #include <volt/jit/lazy/lazy.h>
-#include <volt/jit/step.h>
+#include <volt/jit/step/step.h>
 #include <volt/nn/mnist_cnn.h>
 #include <volt/nn/optim.h>
 #include <volt/tensor/conv.h>

@@ -1,4 +1,4 @@
-// Traces and autograd graphs as DOT (jit/dot.h): the structure of the graph
+// Traces and autograd graphs as DOT (jit/inspect/dot.h): the structure of the graph
 // is checked against the trace it draws, line by line.
 #include <doctest/doctest.h>
 
@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include <volt/autograd/node.h>
-#include <volt/jit/dot.h>
+#include <volt/jit/inspect/dot.h>
 #include <volt/jit/jit.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>

@@ -1,17 +1,17 @@
 // The optimizer's update in the store of the weight gradient's GEMM
-// (jit/gemm_epilogue.h): the same program, the same bits, less traffic.
+// (jit/rewrites/gemm_epilogue.h): the same program, the same bits, less traffic.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <memory>
 
 #include <volt/jit/check.h>
-#include <volt/jit/gemm_epilogue.h>
-#include <volt/jit/step.h>
+#include <volt/jit/rewrites/gemm_epilogue.h>
+#include <volt/jit/step/step.h>
 #include <volt/nn/functional.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 #include <volt/tensor/storage.h>

@@ -13,7 +13,7 @@
 #include <volt/nn/loss.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 #include "tests/tensor/reference.h"

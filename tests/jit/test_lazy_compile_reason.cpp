@@ -47,18 +47,18 @@ TEST_CASE("lazy: a compile says which op, operand shape or dtype, or attribute c
         "the same graph as the last compiled one (it was dropped from the cache, or the cache was cleared)");
 }
 
-TEST_CASE("lazy: VOLT_LAZY_LOG=compile prints each compile with its reason") {
+TEST_CASE("lazy: VOLT_LOG=lazy prints each compile with its reason") {
   lazy::mark_step();
   lazy::wait_device_ops();
   lazy::clear_cache();
   auto scale = [](const Tensor& t) { return (t * 2.0).sum({1}); };
   compile(Tensor::ones({4, 3}), scale);
-  ::setenv("VOLT_LAZY_LOG", "compile", 1);
+  ::setenv("VOLT_LOG", "lazy", 1);
   std::ostringstream captured;
   std::streambuf* old = std::cerr.rdbuf(captured.rdbuf());
   compile(Tensor::ones({4, 3}), scale);  // a hit: nothing printed
   compile(Tensor::ones({6, 3}), scale);
   std::cerr.rdbuf(old);
-  ::unsetenv("VOLT_LAZY_LOG");
+  ::unsetenv("VOLT_LOG");
   CHECK(captured.str() == "volt.lazy: compiling a graph of 2 nodes (mul (node 0): operand 0 has shape [6, 3], was [4, 3])\n");
 }

@@ -1,4 +1,4 @@
-// Bias, ReLU and dropout in the store of the jit's linear (jit/gemm_epilogue.h):
+// Bias, ReLU and dropout in the store of the jit's linear (jit/rewrites/gemm_epilogue.h):
 // the module jit's forward regions begin with the layer's linear, and give the
 // bits eager mode gives (whose Sequential runs linear_relu_dropout), masks
 // included; the backward still gets what it saves.
@@ -7,9 +7,9 @@
 #include <memory>
 
 #include <volt/jit/check.h>
-#include <volt/jit/gemm_epilogue.h>
+#include <volt/jit/rewrites/gemm_epilogue.h>
 #include <volt/jit/jit.h>
-#include <volt/jit/step.h>
+#include <volt/jit/step/step.h>
 #include <volt/nn/loss.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>

@@ -1,4 +1,4 @@
-// The jit report (jit/report.h), checked structurally: every pass's trace is
+// The jit report (jit/inspect/report.h), checked structurally: every pass's trace is
 // on its page in order, every fused kernel is there with the source the jit
 // generated, and every value a kernel names is a value of its region.
 #include <doctest/doctest.h>
@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <volt/jit/lazy/lazy.h>
-#include <volt/jit/report.h>
-#include <volt/jit/step.h>
+#include <volt/jit/inspect/report.h>
+#include <volt/jit/step/step.h>
 #include <volt/nn/loss.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
@@ -148,4 +148,22 @@ TEST_CASE("report: VOLT_JIT_REPORT's writer covers jit functions, a compiled ste
   lr.traces = lazy::last_compiled_traces();
   report_checks::check_page(l, lr);
   fs::remove_all(dir);
+}
+
+TEST_CASE("report: pages are titled by the module, keys name parameters as traces do, rewrites are explained") {
+  manual_seed(0);
+  auto model = std::make_shared<nn::MLP>(12, std::vector<int64_t>{16, 4}, true, 0.0);
+  model->eval();
+  NoGradGuard no_grad;
+  auto jm = jit::jit(model);
+  jm(Tensor::rand({4, 12}));
+  const std::vector<jit::CompileRecord> records = jit::records_of(jm);
+  REQUIRE(records.size() == 1);
+  const jit::CompileRecord& r = records.front();
+  CHECK(r.title.find("MLP") == 0);
+  CHECK(r.key.find("_0_weight=") != std::string::npos);
+  CHECK(r.key.find("param0") == std::string::npos);
+  const std::string page = jit::render_page(r);
+  CHECK(page.find("The rewrite <b>GEMM epilogues</b>") != std::string::npos);
+  CHECK(page.find("A rewrite for speed") != std::string::npos);
 }

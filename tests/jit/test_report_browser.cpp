@@ -20,7 +20,7 @@
 #include <sstream>
 #include <thread>
 
-#include <volt/jit/report.h>
+#include <volt/jit/inspect/report.h>
 #include <volt/nn/mlp.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>

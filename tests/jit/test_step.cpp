@@ -1,4 +1,4 @@
-// The compiled training step (jit/step.h) against the eager loop it is written as.
+// The compiled training step (jit/step/step.h) against the eager loop it is written as.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -8,8 +8,8 @@
 #include <unordered_set>
 
 #include <volt/jit/check.h>
-#include <volt/jit/memory_plan.h>
-#include <volt/jit/step.h>
+#include <volt/jit/step/memory_plan.h>
+#include <volt/jit/step/step.h>
 #include <volt/nn/functional.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>

@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include <volt/jit/step.h>
+#include <volt/jit/step/step.h>
 #include <volt/nn/functional.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>

@@ -19,7 +19,7 @@
 #include <string>
 
 #include <volt/jit/cuda/step_graph.h>
-#include <volt/jit/step.h>
+#include <volt/jit/step/step.h>
 #include <volt/nn/functional.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>

@@ -14,8 +14,8 @@
 #include <volt/nn/functional.h>
 #include <volt/nn/linear.h>
 #include <volt/nn/mlp.h>
-#include <volt/tensor/cpu_gemm.h>
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/gemm.h>
+#include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/random.h>
 #include "tests/tensor/reference.h"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Compiles every ```cpp block of README.md against the build tree, so the README
-# cannot drift from the code.  A block with `int main` is a program of its own;
+# Compiles every ```cpp block of README.md and of the reference pages in docs/
+# against the build tree, so they cannot drift from the code.  A block with `int main` is a program of its own;
 # any other block is a fragment, compiled as the body of a function after
 # <volt/volt.h> and the setup below (a net, a batch x/y, a loader, a loss and an
 # optimizer),
@@ -17,9 +17,10 @@ rm -rf "$work"; mkdir -p "$work"
 awk -v dir="$work" '
   /^<!-- snippet-global:/ { g = $0; sub(/^<!-- snippet-global: */, "", g); sub(/ *-->$/, "", g); global = global g "\n"; next }
   /^<!-- snippet-setup:/  { s = $0; sub(/^<!-- snippet-setup: */, "", s); sub(/ *-->$/, "", s); setup = setup s "\n"; next }
-  /^```cpp/ { n++; body = ""; line = NR; inblock = 1; next }
+  FNR == 1 { page = FILENAME; sub(/^.*\//, "", page); sub(/\.md$/, "", page) }
+  /^```cpp/ { n++; body = ""; line = FNR; inblock = 1; next }
   /^```/ && inblock {
-    file = sprintf("%s/snippet_%02d_line%d.cpp", dir, n, line)
+    file = sprintf("%s/snippet_%02d_%s_line%d.cpp", dir, n, page, line)
     if (body ~ /int main\(/) { printf "%s", body > file }
     else {
       printf "#include <volt/volt.h>\n#include <iostream>\nusing namespace volt;\n%s\n", global > file
@@ -31,18 +32,19 @@ awk -v dir="$work" '
     close(file); inblock = 0; global = ""; setup = ""; next
   }
   inblock { body = body $0 "\n" }
-' "$root/README.md"
+' "$root/README.md" "$root"/docs/*.md
 
 flags=(-std=c++20 -fsyntax-only -I"$build/include" -I"$build/generated")
 count=0
 for f in "$work"/snippet_*.cpp; do
   if ! ${CXX:-g++} "${flags[@]}" "$f" 2>"$f.log"; then
     line=${f##*_line}; line=${line%.cpp}
-    echo "README.md: the C++ block at line $line does not compile:" >&2
+    page=${f#*/snippet_[0-9][0-9]_}; page=${page%_line*}
+    echo "$page.md: the C++ block at line $line does not compile:" >&2
     sed 's/^/  /' "$f" >&2
     head -30 "$f.log" >&2
     exit 1
   fi
   count=$((count + 1))
 done
-echo "README: $count C++ snippets compile"
+echo "README and docs: $count C++ snippets compile"

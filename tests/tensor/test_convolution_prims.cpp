@@ -10,7 +10,7 @@
 
 #include <volt/autograd/gradcheck.h>
 #include <volt/tensor/conv.h>
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/factories.h>
 #include <volt/tensor/ops.h>
 #include "tests/tensor/reference.h"

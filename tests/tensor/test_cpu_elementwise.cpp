@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 #include "tests/tensor/reference.h"

@@ -19,8 +19,8 @@
 #include <tuple>
 #include <vector>
 
-#include <volt/tensor/cpu_gemm.h>
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/gemm.h>
+#include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/ops.h>
 #include "tests/tensor/reference.h"
 

@@ -1,4 +1,4 @@
-// The CPU GEMM's store (tensor/cpu_gemm.h): a bias per column or per row, the
+// The CPU GEMM's store (tensor/cpu/gemm.h): a bias per column or per row, the
 // ReLU and a caller's epilogue on each finished block of C.  Against the plain
 // product followed by the same elementwise work in a loop, bit for bit, on
 // every instruction set this CPU has, at 1-4 threads, for the skinny and packed
@@ -12,8 +12,8 @@
 #include <type_traits>
 #include <vector>
 
-#include <volt/tensor/cpu_gemm.h>
-#include <volt/tensor/cpu_threads.h>
+#include <volt/tensor/cpu/gemm.h>
+#include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/error.h>
 
 using namespace volt;

@@ -11,7 +11,7 @@
 
 #include <unistd.h>
 
-#include <volt/tensor/cpu_gemm.h>
+#include <volt/tensor/cpu/gemm.h>
 #include <volt/tensor/ops.h>
 #include "tests/tensor/reference.h"
 

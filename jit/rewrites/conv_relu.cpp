@@ -1,0 +1,131 @@
+#include <volt/jit/rewrites/conv_relu.h>
+
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include <volt/jit/passes.h>
+#include <volt/jit/pipeline.h>
+
+namespace volt::jit {
+
+namespace {
+
+// The convolution prim (without ReLU) a top-level line computes its one
+// output with: the prim itself, or an op whose decomposition is that prim alone.
+const BoundSymbol* plain_convolution(const BoundSymbol& b) {
+  if (b.is_fusion() || b.outputs.size() != 1 || b.executor) return nullptr;
+  const BoundSymbol* p = &b;
+  if (!b.subsymbols.empty()) {
+    if (b.subsymbols.size() != 1 || b.subsymbols[0].outputs.size() != 1 ||
+        id_of(b.subsymbols[0].outputs[0]) != id_of(b.outputs[0]))
+      return nullptr;
+    p = &b.subsymbols[0];
+  }
+  if (p->call.op != OpId::convolution || p->call.attrs.flag || !p->subsymbols.empty()) return nullptr;
+  return p;
+}
+
+bool is_zero(const Value& v) { return !v.is_tensor && v.scalar.value == 0.0; }
+bool is_tensor(const Value& v, int64_t id) { return v.is_tensor && v.tensor.defined() && id_of(v.tensor) == id; }
+
+// Whether `b` is gt(y, 0); whether it is where(mask, y, 0).
+bool is_mask(const BoundSymbol& b, int64_t y) {
+  return !b.is_fusion() && b.call.op == OpId::gt && b.call.args.size() == 2 && is_tensor(b.call.args[0], y) &&
+         is_zero(b.call.args[1]) && b.outputs.size() == 1;
+}
+bool is_select(const BoundSymbol& b, int64_t mask, int64_t y) {
+  return !b.is_fusion() && b.call.op == OpId::where && b.call.args.size() == 3 && is_tensor(b.call.args[0], mask) &&
+         is_tensor(b.call.args[1], y) && is_zero(b.call.args[2]) && b.outputs.size() == 1;
+}
+
+// The fused prim: the convolution's call with its relu flag, making `out`.
+BoundSymbol fused(const BoundSymbol& conv, const Tensor& out) {
+  BoundSymbol f = conv;
+  f.call.attrs.flag = true;
+  f.outputs = {out};
+  f.top_level_prim = true;
+  f.scalar_names.clear();
+  return f;
+}
+
+}  // namespace
+
+void conv_relu_pass(std::vector<Trace>& traces) {
+  auto t0 = Clock::now();
+  const Trace& t = traces.back();
+  // The top-level lines reading each value (a value read twice by one line counts twice).
+  std::unordered_map<int64_t, std::vector<size_t>> readers;
+  std::unordered_set<int64_t> pinned;  // returned, or read by a guard
+  for (size_t i = 0; i < t.bsyms.size(); ++i)
+    for (const Tensor& a : tensor_args(t.bsyms[i])) readers[id_of(a)].push_back(i);
+  for (const Tensor& o : t.outputs) pinned.insert(id_of(o));
+  for (const Guard& g : t.guards) {
+    pinned.insert(id_of(g.value));
+    for (const BoundSymbol& b : g.bsyms)
+      for (const Tensor& a : tensor_args(b)) pinned.insert(id_of(a));
+  }
+
+  std::unordered_map<size_t, BoundSymbol> replace;  // line -> its new form
+  std::unordered_set<size_t> drop;
+  for (size_t i = 0; i < t.bsyms.size(); ++i) {
+    const BoundSymbol* conv = plain_convolution(t.bsyms[i]);
+    if (!conv) continue;
+    const int64_t y = id_of(conv->outputs[0]);
+    if (pinned.count(y)) continue;
+    const std::vector<size_t>& rs = readers[y];
+    if (rs.size() == 1) {
+      const BoundSymbol& r = t.bsyms[rs[0]];
+      if (r.is_fusion() || r.call.op != OpId::relu || r.outputs.size() != 1) continue;
+      replace[i] = fused(*conv, r.outputs[0]);
+      drop.insert(rs[0]);
+    } else if (rs.size() == 2) {
+      // gt(y, 0) then where(that, y, 0), in either order of the two readers.
+      size_t g = rs[0], s = rs[1];
+      if (!is_mask(t.bsyms[g], y)) std::swap(g, s);
+      if (!is_mask(t.bsyms[g], y)) continue;
+      const Tensor& mask = t.bsyms[g].outputs[0];
+      if (!is_select(t.bsyms[s], id_of(mask), y)) continue;
+      const Tensor& out = t.bsyms[s].outputs[0];
+      replace[i] = fused(*conv, out);
+      drop.insert(s);
+      // The mask from the fused output, if anything still reads it.
+      const size_t mask_reads = readers[id_of(mask)].size();
+      if (mask_reads > 1 || pinned.count(id_of(mask))) {
+        BoundSymbol m;
+        m.call = t.bsyms[g].call;
+        m.call.args[0] = Value(out);
+        m.outputs = {mask};
+        m.top_level_prim = true;
+        m.scalar_names = t.bsyms[g].scalar_names;
+        replace[g] = std::move(m);
+      } else {
+        drop.insert(g);
+      }
+    }
+  }
+
+  if (replace.empty()) return;
+  Trace r = t;
+  r.bsyms.clear();
+  for (size_t i = 0; i < t.bsyms.size(); ++i) {
+    if (drop.count(i)) continue;
+    auto it = replace.find(i);
+    r.bsyms.push_back(it != replace.end() ? it->second : t.bsyms[i]);
+  }
+  r.provenance = "Convolution and ReLU";
+  r.millis = ms_since(t0);
+  traces.push_back(std::move(r));
+}
+
+namespace {
+
+// Before claim, and in the jit before the grad pass: the fused prim's VJP reads its output.
+const bool g_registered = [] {
+  register_pass({"Convolution and ReLU", PassStage::Prims, /*rewrite=*/true, /*opt_in=*/false, conv_relu_pass});
+  return true;
+}();
+
+}  // namespace
+
+}  // namespace volt::jit

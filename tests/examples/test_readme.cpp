@@ -1,0 +1,92 @@
+// The README cannot drift either: its worked traces are lines of the golden
+// traces (tests/golden, pinned by test_golden_traces.cpp), every file of its
+// reading path exists, every page it links exists, and it stays a guide
+// (about 400 lines; the reference pages live in docs/).
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> read_lines(const fs::path& p) {
+  std::ifstream in(p);
+  REQUIRE_MESSAGE(in.good(), "cannot read " << p.string());
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+// A quoted line as a pattern over a golden line: proxy names masked as the
+// golden files mask them, "..." standing for any text.
+std::regex pattern_of(const std::string& quoted) {
+  const std::string masked = std::regex_replace(quoted, std::regex("\\bt[0-9]+\\b"), "t#");
+  std::string re;
+  for (size_t i = 0; i < masked.size(); ++i) {
+    if (masked.compare(i, 3, "...") == 0) {
+      re += ".*";
+      i += 2;
+    } else if (std::string("\\^$.|?*+()[]{}").find(masked[i]) != std::string::npos) {
+      re += std::string("\\") + masked[i];
+    } else {
+      re += masked[i];
+    }
+  }
+  return std::regex(re);
+}
+
+}  // namespace
+
+TEST_CASE("readme: the worked traces are lines of the golden traces, in order") {
+  const fs::path root = VOLT_SOURCE_DIR;
+  const std::vector<std::string> readme = read_lines(root / "README.md");
+  const std::regex marker("<!-- trace: ([a-z_]+\\.txt) -->");
+  int blocks = 0;
+  for (size_t i = 0; i < readme.size(); ++i) {
+    std::smatch m;
+    if (!std::regex_match(readme[i], m, marker)) continue;
+    ++blocks;
+    const std::vector<std::string> golden = read_lines(root / "tests" / "golden" / m[1].str());
+    REQUIRE(i + 1 < readme.size());
+    REQUIRE(readme[i + 1].rfind("```", 0) == 0);
+    size_t at = 0;  // the golden line after the last one matched
+    for (size_t k = i + 2; k < readme.size() && readme[k] != "```"; ++k) {
+      const std::string& q = readme[k];
+      if (q.find_first_not_of(' ') == std::string::npos || q.substr(q.find_first_not_of(' ')) == "...") continue;
+      const std::regex re = pattern_of(q);
+      size_t found = at;
+      while (found < golden.size() && !std::regex_match(golden[found], re)) ++found;
+      CHECK_MESSAGE(found < golden.size(), "README.md line " << k + 1 << " is not in tests/golden/" << m[1].str()
+                                                               << " (after line " << at << "): " << q);
+      if (found < golden.size()) at = found + 1;
+    }
+  }
+  CHECK(blocks >= 1);
+}
+
+TEST_CASE("readme: the reading path's files and the linked pages exist; the page stays a guide") {
+  const fs::path root = VOLT_SOURCE_DIR;
+  const std::vector<std::string> readme = read_lines(root / "README.md");
+  const std::regex step("^([0-9]+)\\. `([^`]+)` .*");
+  const std::regex link("\\]\\(((docs|bench)/[^)#]+)\\)");
+  int steps = 0;
+  for (const std::string& l : readme) {
+    std::smatch m;
+    if (std::regex_match(l, m, step)) {
+      ++steps;
+      CHECK_MESSAGE(fs::exists(root / m[2].str()), "the reading path names " << m[2].str() << ", which does not exist");
+    }
+    for (std::sregex_iterator it(l.begin(), l.end(), link), end; it != end; ++it)
+      CHECK_MESSAGE(fs::exists(root / (*it)[1].str()), "README.md links " << (*it)[1].str() << ", which does not exist");
+  }
+  CHECK(steps >= 1);
+  CHECK_MESSAGE(steps <= 12, "the reading path has " << steps << " files; keep it within 12");
+  CHECK_MESSAGE(readme.size() <= 420, "README.md has " << readme.size()
+                                                        << " lines; move reference material to docs/");
+}
