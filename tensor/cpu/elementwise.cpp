@@ -39,6 +39,7 @@ void run_unary(OpId op, const Operand& a, Tensor& out) {
       case OpId::tanh: elementwise<C, C, 1>(out, in, VOLT_EXPR1(tanh, C)); return;
       case OpId::sigmoid: elementwise<C, C, 1>(out, in, VOLT_EXPR1(sigmoid, C)); return;
       case OpId::reciprocal: elementwise<C, C, 1>(out, in, VOLT_EXPR1(reciprocal, C)); return;
+      case OpId::erf: elementwise<C, C, 1>(out, in, VOLT_EXPR1(erf, C)); return;
       default: break;
     }
   }
