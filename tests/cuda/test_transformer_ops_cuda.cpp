@@ -30,7 +30,7 @@ using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 std::vector<Tensor> run_on(const Fn& f, const std::vector<Tensor>& xs, const Tensor& w, Device device, bool jitted) {
   std::vector<Tensor> leaves;
   for (const Tensor& x : xs) {
-    Tensor l = x.to(device);
+    Tensor l = x.detach().clone().to(device);  // a fresh leaf on each run
     if (is_floating(l.dtype())) l.requires_grad_();
     leaves.push_back(l);
   }
