@@ -8,6 +8,8 @@
 #include <functional>
 
 #include <volt/jit/jit.h>
+#include <volt/jit/step/step.h>
+#include <volt/nn/optim.h>
 #include <volt/tensor/cuda/runtime.h>
 #include <volt/tensor/factories.h>
 #include <volt/tensor/ops.h>
@@ -111,6 +113,50 @@ TEST_CASE("cuda: embedding with an index out of range is an error naming the op"
                        doctest::Contains("cat: expected tensors of one dtype"), Error);
   // The device stays usable.
   CHECK(embedding(w, Tensor::from_vector<int64_t>({3}).to(kGPU)).to(kCPU).sizes() == Shape{1, 3});
+}
+
+TEST_CASE("cuda: a compiled step through embedding, layer_norm, causal attention and gelu equals CPU eager") {
+  SKIP_WITHOUT_GPU();
+  manual_seed(33);
+  const std::vector<Tensor> init{Tensor::randn({7, 6}), Tensor::randn({6}), Tensor::randn({6}),
+                                 Tensor::randn({6, 6})};
+  Tensor idx = Tensor::from_vector<int64_t>({1, 6, 0, 2, 2, 5, 3, 4}, {2, 4});
+  auto losses = [&](Device device, bool compiled) {
+    std::vector<Tensor> p;
+    for (const Tensor& t : init) p.push_back(t.detach().clone().to(device).requires_grad_());
+    nn::SGD opt(p, {.lr = 0.1});
+    auto body = [&](const Tensor& index) {
+      Tensor h = layer_norm(embedding(p[0], index), {6}, p[1], p[2]);  // (2, 4, 6)
+      Tensor q = h.reshape({2, 4, 2, 3}).permute({0, 2, 1, 3});
+      Tensor causal = tril(Tensor::ones({4, 4}, DType::b8, h.device())) == 0;
+      Tensor att = softmax((matmul(q, q.transpose(-2, -1)) * 0.5).masked_fill(causal, -INFINITY), -1);
+      Tensor y = gelu(matmul(matmul(att, q).permute({0, 2, 1, 3}).reshape({2, 4, 6}), p[3]));
+      Tensor loss = sum(y * y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    std::vector<double> r;
+    if (compiled) {
+      auto step = jit::compile_step(body, {.state = {p, opt}});
+      for (int i = 0; i < 3; ++i) r.push_back(step(idx.to(device)).item<double>());
+    } else {
+      for (int i = 0; i < 3; ++i) r.push_back(body(idx.to(device)).item<double>());
+    }
+    for (const Tensor& t : p)
+      for (double v : t.detach().to(kCPU).to_vector<double>()) r.push_back(v);
+    return r;
+  };
+  const auto want = losses(kCPU, false);
+  for (bool compiled : {false, true}) {
+    const auto got = losses(kGPU, compiled);
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO((compiled ? "compiled" : "eager") << " value " << i);
+      CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-4).scale(1e-3));
+    }
+  }
 }
 
 #endif
