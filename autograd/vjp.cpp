@@ -29,6 +29,31 @@ Value val(const OpCall& c, size_t i) { return c.args[i]; }
 Tensor matmul_grad_a(const Tensor& a, const Tensor& b, const Tensor& g);
 Tensor matmul_grad_b(const Tensor& a, const Tensor& b, const Tensor& g);
 
+// The unary prims: d/da.
+std::vector<Tensor> unary_vjp(const OpCall& c, const Tensor& g) {
+  switch (c.op) {
+    case OpId::neg: return {neg(g)};
+    case OpId::abs: return {where(gt(arg(c, 0), 0.0), g, where(lt(arg(c, 0), 0.0), neg(g), 0.0))};
+    case OpId::exp: return {mul(g, exp(arg(c, 0)))};
+    case OpId::log: return {div(g, arg(c, 0))};
+    case OpId::sqrt: return {div(g, mul(sqrt(arg(c, 0)), 2.0))};
+    case OpId::rsqrt: return {mul(g, mul(pow(arg(c, 0), -1.5), -0.5))};
+    case OpId::tanh: {
+      Tensor t = tanh(arg(c, 0));
+      return {mul(g, sub(1.0, mul(t, t)))};
+    }
+    case OpId::sigmoid: {
+      Tensor s = sigmoid(arg(c, 0));
+      return {mul(g, mul(s, sub(1.0, s)))};
+    }
+    case OpId::reciprocal: return {neg(div(g, mul(arg(c, 0), arg(c, 0))))};
+    // d erf(a)/da = 2/sqrt(pi) exp(-a^2)
+    case OpId::erf: return {mul(g, mul(exp(neg(mul(arg(c, 0), arg(c, 0)))), 1.1283791670955126))};
+    default:
+      VOLT_FAIL(op_name(c.op), "has no derivative");
+  }
+}
+
 }  // namespace
 
 bool is_differentiable(OpId op) {
@@ -47,24 +72,8 @@ std::vector<Tensor> vjp(const OpCall& c, const Tensor& g) { return vjp(c, g, {})
 
 std::vector<Tensor> vjp(const OpCall& c, const Tensor& g, const std::vector<Tensor>& outputs) {
   const Attrs& at = c.attrs;
+  if (op_info(c.op).kind == OpKind::Unary) return unary_vjp(c, g);
   switch (c.op) {
-    // ---- unary: d/da ----
-    case OpId::neg: return {neg(g)};
-    case OpId::abs: return {where(gt(arg(c, 0), 0.0), g, where(lt(arg(c, 0), 0.0), neg(g), 0.0))};
-    case OpId::exp: return {mul(g, exp(arg(c, 0)))};
-    case OpId::log: return {div(g, arg(c, 0))};
-    case OpId::sqrt: return {div(g, mul(sqrt(arg(c, 0)), 2.0))};
-    case OpId::rsqrt: return {mul(g, mul(pow(arg(c, 0), -1.5), -0.5))};
-    case OpId::tanh: {
-      Tensor t = tanh(arg(c, 0));
-      return {mul(g, sub(1.0, mul(t, t)))};
-    }
-    case OpId::sigmoid: {
-      Tensor s = sigmoid(arg(c, 0));
-      return {mul(g, mul(s, sub(1.0, s)))};
-    }
-    case OpId::reciprocal: return {neg(div(g, mul(arg(c, 0), arg(c, 0))))};
-
     // ---- binary ----
     case OpId::add: return {fit(g, c.args[0]), fit(g, c.args[1])};
     case OpId::sub: return {fit(g, c.args[0]), c.args[1].is_tensor ? fit(neg(g), c.args[1]) : Tensor()};

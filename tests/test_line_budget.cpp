@@ -22,7 +22,7 @@ constexpr int kMaxFunction = 120;
 
 // Over budget today, with their size when listed: "path" or "path:function".
 const std::map<std::string, int> kExceptions = {
-    {"autograd/vjp.cpp:vjp", 157},  // one case per op: the VJP rules side by side
+    {"autograd/vjp.cpp:vjp", 141},  // one case per op: the VJP rules side by side
     {"jit/step/memory_plan.cpp:MemoryPlan::MemoryPlan", 169},
     {"jit/step/step_trace.cpp:trace_step", 134},
 };
