@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -24,49 +25,63 @@ namespace vc = volt::cuda;
 
 namespace {
 
-// nll_loss's target check reads the targets from the host, which a graph
-// cannot do.  In a graph it becomes this op: a kernel that notes a class
-// index out of range in the device's error word (runtime.h), reported with
-// the same message as the fused cross_entropy kernel's at the first
-// synchronisation after the replay.
-cudaKernel_t target_check_kernel(int dev) {
-  return vc::cached_kernel("volt_target_range_check", dev, [] {
+// nll_loss's target check and embedding's index check read their indices on
+// the host, which a graph cannot do.  In a graph each becomes an op whose
+// kernel notes an index out of range in the device's error word (runtime.h),
+// with the check's kind (1: a class index, 2: an embedding row), reported
+// with the eager check's message at the first synchronisation after the replay.
+cudaKernel_t range_check_kernel(int dev) {
+  return vc::cached_kernel("volt_index_range_check", dev, [] {
     return std::string(
-        "extern \"C\" __global__ void volt_target_range_check(const long long* t, long long n, long long c,\n"
-        "                                                     long long* err) {\n"
+        "extern \"C\" __global__ void volt_index_range_check(const long long* t, long long n, long long c,\n"
+        "                                                    long long ignore, long long kind, long long* err) {\n"
         "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
         "       i += (long long)blockDim.x * gridDim.x) {\n"
         "    const long long k = t[i];\n"
-        "    if (k < 0 || k >= c) { err[1] = k; err[2] = c; err[0] = 1; }\n"
+        "    if ((k < 0 || k >= c) && k != ignore) { err[1] = k; err[2] = c; err[0] = kind; }\n"
         "  }\n"
         "}\n");
   });
 }
 
-int64_t device_target_check() {
-  static const int64_t id = [] {
-    CustomOpDef def;
-    def.name = "check_target_range_on_device";
-    def.meta = [](const std::vector<Value>& args) {
-      const Tensor& t = args.at(0).tensor;
-      return std::vector<TensorMeta>{{t.sizes(), t.dtype(), t.device()}};
-    };
-    def.kernel = [](const std::vector<Value>& args) {
-      const Tensor& target = args.at(0).tensor;
-      const int dev = target.device().index;
-      const Tensor t = vc::contiguous_on_device(target.dtype() == DType::i64 ? target
-                                                                             : convert_element_type(target, DType::i64));
-      cudaKernel_t k = target_check_kernel(dev);
-      const void* tp = t.raw_data();
-      long long n = t.numel(), c = static_cast<long long>(args.at(1).scalar.value);
-      long long* err = vc::error_word(dev);
-      void* params[] = {&tp, &n, &c, &err};
-      if (n > 0) vc::launch(k, dev, n, params);
-      return std::vector<Tensor>{target};
-    };
-    return register_custom_op(std::move(def));
-  }();
+// The device form of a host check named `host_name`, noting `kind`.
+int64_t device_range_check(const std::string& host_name, long long kind) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, int64_t> ids;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = ids.find(host_name); it != ids.end()) return it->second;
+  CustomOpDef def;
+  def.name = host_name + "_on_device";
+  def.meta = [](const std::vector<Value>& args) {
+    const Tensor& t = args.at(0).tensor;
+    return std::vector<TensorMeta>{{t.sizes(), t.dtype(), t.device()}};
+  };
+  def.kernel = [kind](const std::vector<Value>& args) {
+    const Tensor& index = args.at(0).tensor;
+    const int dev = index.device().index;
+    const Tensor t =
+        vc::contiguous_on_device(index.dtype() == DType::i64 ? index : convert_element_type(index, DType::i64));
+    cudaKernel_t k = range_check_kernel(dev);
+    const void* tp = t.raw_data();
+    long long n = t.numel(), c = static_cast<long long>(args.at(1).scalar.value), kd = kind;
+    // cross_entropy's ignore_index (its third argument) is no error; embedding has none.
+    long long ignore = args.size() > 2 ? static_cast<long long>(args.at(2).scalar.value)
+                                       : std::numeric_limits<long long>::min();
+    long long* err = vc::error_word(dev);
+    void* params[] = {&tp, &n, &c, &ignore, &kd, &err};
+    if (n > 0) vc::launch(k, dev, n, params);
+    return std::vector<Tensor>{index};
+  };
+  const int64_t id = register_custom_op(std::move(def));
+  ids[host_name] = id;
   return id;
+}
+
+// The host checks a graph replaces, and the kind each notes.
+long long device_check_kind(const std::string& name) {
+  if (name == "check_target_range") return 1;
+  if (name == "check_embedding_index") return 2;
+  return 0;
 }
 
 // Returns whether any check was moved onto the device (its kernel is then
@@ -74,9 +89,12 @@ int64_t device_target_check() {
 bool use_device_checks(std::vector<BoundSymbol>& bsyms) {
   bool any = false;
   for (BoundSymbol& b : bsyms) {
-    if (b.call.op == OpId::custom && std::string(op_name(b.call)) == "check_target_range") {
-      b.call = custom_call(device_target_check(), b.call.args);
-      any = true;
+    if (b.call.op == OpId::custom) {
+      const std::string name = op_name(b.call);
+      if (const long long kind = device_check_kind(name)) {
+        b.call = custom_call(device_range_check(name, kind), b.call.args);
+        any = true;
+      }
     }
     any = use_device_checks(b.subsymbols) || any;
   }
@@ -218,7 +236,7 @@ StepGraph::StepGraph(const Trace& trace, const std::vector<Tensor>& state, const
   }
   std::vector<Tensor> hoisted;
   Trace program = hoist_factories(trace, hoisted);
-  if (use_device_checks(program.bsyms)) target_check_kernel(G.device);
+  if (use_device_checks(program.bsyms)) range_check_kernel(G.device);
   for (const Tensor& a : args) G.static_args.push_back(Tensor::empty(a.sizes(), a.dtype(), a.device()));
   if (G.rng_total) G.rng_word = Tensor::zeros({2}, DType::i64, state.front().device());
   std::vector<Tensor> inputs = state;

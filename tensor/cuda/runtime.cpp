@@ -237,6 +237,10 @@ void check_kernel_errors(int device) {
   VOLT_CHECK(kind != 1, "cross_entropy",
              "target values must lie in [0, " << classes << "), got " << value << " (found by a kernel on cuda:"
                                               << device << ", reported at the first synchronisation after it)");
+  VOLT_CHECK(kind != 2, "embedding",
+             "index out of range: indices must lie in [0, " << classes << "), got " << value
+                                                             << " (found by a kernel on cuda:" << device
+                                                             << ", reported at the first synchronisation after it)");
   VOLT_FAIL("cuda", "a kernel on cuda:" << device << " recorded error " << kind);
 }
 

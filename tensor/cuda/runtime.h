@@ -77,7 +77,8 @@ void synchronize(int device);
 // a class index out of range.  The GPU keeps going (the result is NaN) and
 // check_kernel_errors(), called by synchronize(), turns the record into an
 // exception that names the op, at the first synchronisation after the kernel.
-// Word 0 is the kind (0: none, 1: cross_entropy's target), 1 and 2 the details.
+// Word 0 is the kind (0: none, 1: cross_entropy's target, 2: embedding's index),
+// 1 and 2 the details.
 long long* error_word(int device);
 void check_kernel_errors(int device);
 // Whether volt has set the device up (its stream and cuBLAS handle exist).

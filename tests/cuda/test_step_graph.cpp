@@ -180,6 +180,29 @@ TEST_CASE("cuda: a class index out of range in a replayed step is reported at th
   CHECK_NOTHROW(step(x, y).item_double());  // reported once
 }
 
+TEST_CASE("cuda: an embedding row out of range in a replayed step is reported at the next synchronisation") {
+  SKIP_WITHOUT_GPU();
+  manual_seed(5);
+  Tensor w = Tensor::randn({6, 4}).to(kGPU).requires_grad_();
+  nn::SGD opt({w}, {.lr = 0.1});
+  auto step = jit::compile_step(
+      [&](const Tensor& index) {
+        Tensor loss = sum(embedding(w, index) * embedding(w, index));
+        opt.zero_grad();
+        loss.backward();
+        opt.step();
+        return loss;
+      },
+      {.state = {std::vector<Tensor>{w}, opt}});
+  Tensor good = Tensor::from_vector<int64_t>({0, 5, 2}).to(kGPU);
+  step(good);
+  CHECK_NOTHROW(step(good).item_double());
+  REQUIRE(step.ran_as_graph());  // the index check runs on the device
+  Tensor loss = step(Tensor::from_vector<int64_t>({1, 9, 2}).to(kGPU));
+  CHECK_THROWS_WITH_AS(loss.item_double(), doctest::Contains("embedding: index out of range"), Error);
+  CHECK_NOTHROW(step(good).item_double());
+}
+
 TEST_CASE("cuda: a capture refuses a host synchronisation with a clear error") {
   SKIP_WITHOUT_GPU();
   if (!cuda::simulated_counters()) {

@@ -141,6 +141,7 @@ TEST_CASE("cuda: a compiled step through embedding, layer_norm, causal attention
     if (compiled) {
       auto step = jit::compile_step(body, {.state = {p, opt}});
       for (int i = 0; i < 3; ++i) r.push_back(step(idx.to(device)).item<double>());
+      if (device.is_cuda()) CHECK(step.ran_as_graph());  // embedding's check runs on the device
     } else {
       for (int i = 0; i < 3; ++i) r.push_back(body(idx.to(device)).item<double>());
     }
