@@ -10,9 +10,9 @@
 //   p *= 1 - lr * wd                       (decoupled: not through the moments)
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-// On the CPU it is Adam's one pass over each parameter's memory; on CUDA the
-// decay is one kernel and the rest Adam's fused launch; elsewhere (the lazy
-// device) tensor ops; under volt::jit::compile_step the same rule as volt ops,
+// On the CPU it is Adam's one pass over each parameter's memory (the decay in
+// it); on CUDA an elementwise kernel per decayed parameter, then Adam's one
+// fused launch for all; elsewhere (the lazy device) tensor ops; under volt::jit::compile_step the same rule as volt ops,
 // each group's learning rate a run-time scalar.  A group's weight decay is
 // fixed when the optimizer is made.
 #pragma once

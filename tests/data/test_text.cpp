@@ -2,7 +2,6 @@
 // batches, load_text's errors, and data/fetch_brown.sh's checksum check.
 #include <doctest/doctest.h>
 
-#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -25,8 +24,6 @@ std::string letters(int64_t n = 1000) {
   for (int64_t i = 0; i < n; ++i) s[static_cast<size_t>(i)] = static_cast<char>((i < cut ? 'a' : 'A') + i % 26);
   return s;
 }
-
-char next_letter(char c) { return c == 'z' ? 'a' : c == 'Z' ? 'A' : static_cast<char>(c + 1); }
 
 std::string message(const auto& f) {
   try {
@@ -69,37 +66,44 @@ TEST_CASE("ByteTokenizer: every byte round-trips; a token that is not a byte is 
 }
 
 TEST_CASE("TextWindows: 90 % for training, 10 % for validation; windows never cross the split") {
-  const std::string text = letters();
+  // 250 bytes, each its position + 1: a window's bytes say where it lies.
+  std::string text(250, '\0');
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>(i + 1);
   const int64_t block = 8;
   data::TextWindows train(text, block, data::Split::train, 1), val(text, block, data::Split::val, 1);
-  CHECK(train.size() == 900);
-  CHECK(val.size() == 100);
-  CHECK(val.offset() == 900);
-  CHECK(train.num_windows() == 892);
+  CHECK(train.size() == 225);
+  CHECK(val.size() == 25);
+  CHECK(val.offset() == 225);
+  CHECK(train.num_windows() == 217);
+  CHECK(val.num_windows() == 17);
   for (auto* w : {&train, &val}) {
-    const bool is_train = w == &train;
-    std::set<int64_t> last_targets;  // where each window's last target lies in the split
-    for (int draw = 0; draw < 100; ++draw) {
-      data::TextBatch b = w->batch(200);
-      REQUIRE(b.inputs.sizes() == Shape{200, block});
-      REQUIRE(b.targets.sizes() == Shape{200, block});
+    CAPTURE(w == &train);
+    const int64_t first = w->offset() + 1, last = w->offset() + w->size();  // the split's first and last byte
+    std::set<int64_t> starts;
+    bool inside = true, shifted = true;
+    for (int draw = 0; draw < 50; ++draw) {
+      data::TextBatch b = w->batch(64);
+      REQUIRE(b.inputs.sizes() == Shape{64, block});
+      REQUIRE(b.targets.sizes() == Shape{64, block});
       CHECK(b.inputs.dtype() == DType::i64);
+      CHECK(b.targets.dtype() == DType::i64);
       auto x = b.inputs.to_vector<int64_t>(), y = b.targets.to_vector<int64_t>();
-      for (size_t r = 0; r < 200; ++r) {
-        for (int64_t j = 0; j < block; ++j) {
-          const char xi = static_cast<char>(x[r * block + j]), yi = static_cast<char>(y[r * block + j]);
-          // Inside its split: lowercase for training, uppercase for validation.
-          CHECK((is_train ? std::islower(xi) && std::islower(yi) : std::isupper(xi) && std::isupper(yi)));
-          // Targets are the inputs shifted by one byte of the text.
-          CHECK(yi == next_letter(xi));
-          if (j + 1 < block) CHECK(x[r * block + j + 1] == y[r * block + j]);
+      for (size_t r = 0; r < 64; ++r) {
+        starts.insert(x[r * block] - first);
+        for (size_t j = 0; j < static_cast<size_t>(block); ++j) {
+          const int64_t xi = x[r * block + j], yi = y[r * block + j];
+          inside = inside && xi >= first && yi <= last;
+          // Consecutive bytes of the text, the targets one further on.
+          shifted = shifted && yi == xi + 1 && (j == 0 || xi == x[r * block + j - 1] + 1);
         }
       }
-      for (size_t r = 0; r < 200; ++r) last_targets.insert(y[r * block + block - 1]);
     }
-    // Windows reach the split's last byte (its letter appears as a last target).
-    const char last = w->bytes().back();
-    CHECK(last_targets.count(static_cast<unsigned char>(last)) == 1);
+    CHECK(inside);
+    CHECK(shifted);
+    // Every start is drawn, up to the last one, whose last target is the split's last byte.
+    CHECK(starts.size() == static_cast<size_t>(w->num_windows()));
+    CHECK(*starts.begin() == 0);
+    CHECK(*starts.rbegin() == w->num_windows() - 1);
   }
 }
 
