@@ -28,6 +28,10 @@ namespace volt::cpu {
 
 namespace {
 
+// Where the count of runnable threads is read (set_load_file, for tests).
+std::mutex g_load_file_mutex;
+std::string g_load_file = "/proc/loadavg";
+
 constexpr int64_t kDefaultSpinMicros = 50;
 
 // How long an idle thread polls before it sleeps (VOLT_CPU_SPIN_US overrides).
@@ -142,7 +146,11 @@ class Contention {
   // Runnable threads of other processes: the kernel's count (the fourth field
   // of /proc/loadavg, "runnable/total") less ours; -1 when it cannot be read.
   static int other_runnable(int awake) {
-    const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    int fd = -1;
+    {
+      std::lock_guard<std::mutex> lock(g_load_file_mutex);
+      fd = ::open(g_load_file.c_str(), O_RDONLY | O_CLOEXEC);
+    }
     if (fd < 0) return -1;
     char buf[128];
     const ssize_t n = ::read(fd, buf, sizeof buf - 1);
@@ -300,6 +308,11 @@ void set_num_threads(int n) {
 
 void parallel_tasks(int64_t tasks, void (*fn)(const void*, int64_t), const void* ctx) {
   Pool::get().run(tasks, fn, ctx);
+}
+
+void set_load_file(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_load_file_mutex);
+  g_load_file = path.empty() ? "/proc/loadavg" : path;
 }
 
 }  // namespace volt::cpu

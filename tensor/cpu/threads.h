@@ -21,6 +21,7 @@
 // extensions that use OpenMP).  A region started inside another, or while
 // another thread runs one, runs its tasks serially on the calling thread.
 #pragma once
+#include <string>
 
 #include <algorithm>
 #include <cstdint>
@@ -29,6 +30,9 @@ namespace volt::cpu {
 
 int num_threads();
 void set_num_threads(int n);  // n >= 1
+// The file the pool reads the runnable threads from, in /proc/loadavg's format
+// ("" restores /proc/loadavg): tests set the machine's load this way.
+void set_load_file(const std::string& path);
 
 // Runs task(i) for i in [0, tasks), split over up to num_threads() threads.
 void parallel_tasks(int64_t tasks, void (*fn)(const void* ctx, int64_t task), const void* ctx);
