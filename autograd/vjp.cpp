@@ -64,6 +64,8 @@ std::vector<Tensor> vjp(const OpCall& c, const Tensor& g, const std::vector<Tens
       return {mul(g, mul(s, sub(1.0, s)))};
     }
     case OpId::reciprocal: return {neg(div(g, mul(arg(c, 0), arg(c, 0))))};
+    // d erf(a)/da = 2/sqrt(pi) exp(-a^2)
+    case OpId::erf: return {mul(g, mul(exp(neg(mul(arg(c, 0), arg(c, 0)))), 1.1283791670955126))};
 
     // ---- binary ----
     case OpId::add: return {fit(g, c.args[0]), fit(g, c.args[1])};

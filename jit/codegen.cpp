@@ -1,6 +1,7 @@
 #include <volt/jit/codegen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <sstream>
@@ -19,6 +20,10 @@ namespace {
 std::string literal(const Scalar& s, DType t) {
   std::string c = dtype_c_type(t);
   if (t == DType::b8) return s.value != 0 ? "true" : "false";
+  // Infinities and NaN as expressions that host C++ and NVRTC both accept
+  // (masks fill with -inf).
+  if (is_floating(t) && std::isinf(s.value)) return "((" + c + ")(" + (s.value < 0 ? "-" : "") + "1.0 / 0.0))";
+  if (is_floating(t) && std::isnan(s.value)) return "((" + c + ")(0.0 / 0.0))";
   if (is_floating(t)) return "((" + c + ")" + python_float_repr(s.value) + ")";
   return "((" + c + ")" + std::to_string(static_cast<long long>(s.value)) + "LL)";
 }

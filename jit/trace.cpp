@@ -103,6 +103,8 @@ std::string call_str(const ProxyNames& names, const OpCall& c, bool prim_prefix,
       if (c.op == OpId::dropout) { sep(); os << python_float_repr(at.a); }
       if (c.op == OpId::softmax || c.op == OpId::log_softmax) { sep(); os << "dim=" << at.ints[0]; }
       if (c.op == OpId::mean || c.op == OpId::var) { sep(); os << shape_tuple(at.ints); }
+      if (c.op == OpId::gelu && at.flag) { sep(); os << "approximate='tanh'"; }
+      if (c.op == OpId::layer_norm) { sep(); os << "eps=" << python_float_repr(at.a); }
       if (c.op == OpId::cross_entropy || c.op == OpId::cross_entropy_backward || c.op == OpId::nll_loss) {
         // As PyTorch's keyword arguments, those that differ from the defaults.
         const CrossEntropyOptions o = cross_entropy_options(at), d;

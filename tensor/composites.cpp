@@ -190,6 +190,10 @@ std::vector<Tensor> decompose(const OpCall& call) {
     }
     case OpId::conv2d:
       return {conv2d_decomposition(call)};
+    case OpId::gelu:
+    case OpId::layer_norm:
+    case OpId::embedding:
+      return transformer_decomposition(call);
     default:
       VOLT_FAIL(op_name(call.op), "has no decomposition");
   }

@@ -62,6 +62,8 @@ std::vector<TensorMeta> infer_meta(const OpCall& call);
 DType compute_dtype(const OpCall& call);
 // Composite ops: the decomposition into other ops (tensor/composites.cpp).
 std::vector<Tensor> decompose(const OpCall& call);
+// gelu, layer_norm and embedding's decompositions (tensor/transformer_ops.cpp).
+std::vector<Tensor> transformer_decomposition(const OpCall& call);
 // The composites eager mode may run as one fused kernel (Backend::fuses):
 // cross_entropy (logits, target) and cross_entropy_backward (g, logits, target).
 inline bool has_fused_kernel(OpId op) { return op == OpId::cross_entropy || op == OpId::cross_entropy_backward; }

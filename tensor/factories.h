@@ -7,8 +7,11 @@
 //
 // Each is the static Tensor:: factory of the same name (tensor/tensor.h).
 #pragma once
+#include <functional>
 #include <initializer_list>
+#include <optional>
 #include <ostream>
+#include <type_traits>
 #include <vector>
 
 #include <volt/tensor/tensor.h>
@@ -54,13 +57,60 @@ inline Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype
 inline Tensor zeros_like(const Tensor& t) { return Tensor::zeros(t.sizes(), t.dtype(), t.device()); }
 inline Tensor ones_like(const Tensor& t) { return Tensor::ones(t.sizes(), t.dtype(), t.device()); }
 
-// A 1-D tensor of the given values: f32 from floats, f64 from doubles, i64 from integers.
-inline Tensor tensor(std::initializer_list<float> v) { return Tensor::from_vector(std::vector<float>(v)); }
-inline Tensor tensor(std::initializer_list<double> v) { return Tensor::from_vector(std::vector<double>(v)); }
-inline Tensor tensor(std::initializer_list<int64_t> v) { return Tensor::from_vector(std::vector<int64_t>(v)); }
-inline Tensor tensor(std::initializer_list<int> v) {
-  return Tensor::from_vector(std::vector<int64_t>(v.begin(), v.end()));
+// A 1-D tensor of the given values: f32 from floats, f64 from doubles, i64
+// from integers.  A template, so that a nested list ({{1}, {2}}) is never
+// read as a flat one and goes to the NestedList overload below.
+template <class T>
+  requires std::is_arithmetic_v<T>
+inline Tensor tensor(std::initializer_list<T> v) {
+  if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, bool>)
+    return Tensor::from_vector(std::vector<T>(v));
+  else
+    return Tensor::from_vector(std::vector<int64_t>(v.begin(), v.end()));
 }
+
+// A number or a list of NestedLists: what `volt::tensor({{1, 2}, {3, 4}})` is
+// built from.  Integers make an i64 tensor, any floating number an f32 one,
+// unless a dtype is given; ragged lists are an error naming the level.
+class NestedList {
+ public:
+  NestedList(int v) : value_(v) {}
+  NestedList(long v) : value_(static_cast<double>(v)) {}
+  NestedList(long long v) : value_(static_cast<double>(v)) {}
+  NestedList(float v) : value_(v), floating_(true) {}
+  NestedList(double v) : value_(v), floating_(true) {}
+  NestedList(std::initializer_list<NestedList> items) : items_(items), leaf_(false) {}
+  bool is_leaf() const { return leaf_; }
+  bool floating() const { return floating_; }
+  double value() const { return value_; }
+  const std::vector<NestedList>& items() const { return items_; }
+
+ private:
+  double value_ = 0;
+  std::vector<NestedList> items_;
+  bool floating_ = false;
+  bool leaf_ = true;
+};
+
+//   volt::tensor({{1, 2}, {3, 4}})            // i64 [2, 2]
+//   volt::tensor({{1.5, 2}, {3, 4}})          // f32 [2, 2]
+//   volt::tensor({{{1}, {2}}}, volt::kF64)    // f64 [1, 2, 1]
+Tensor tensor(const NestedList& values, std::optional<DType> dtype = std::nullopt);
+
+// Wraps memory the caller owns, without copying: sizes (and strides, in
+// elements; contiguous when not given).  With a deleter, the last tensor
+// viewing the memory calls deleter(data); without, the caller frees it after
+// the tensors are gone.
+//   float buf[6];  Tensor t = volt::from_blob(buf, {2, 3});   // f32 [2, 3] over buf
+Tensor from_blob(void* data, const Shape& sizes, DType dtype = DType::f32, Device device = kCPU);
+Tensor from_blob(void* data, const Shape& sizes, std::function<void(void*)> deleter, DType dtype = DType::f32,
+                 Device device = kCPU);
+Tensor from_blob(void* data, const Shape& sizes, const Shape& strides, std::function<void(void*)> deleter = {},
+                 DType dtype = DType::f32, Device device = kCPU);
+
+// A random permutation of 0 .. n-1 from volt's generator (manual_seed makes it
+// repeat); it advances the generator as rand({n}) does.
+Tensor randperm(int64_t n, DType dtype = DType::i64, Device device = kCPU);
 
 inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 inline std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }

@@ -2,6 +2,9 @@
 // Shapes broadcast as in NumPy; dtypes promote as in PyTorch.
 //   add(a, b): a (2, 1, 4), b (3, 1) -> (2, 3, 4)
 #pragma once
+#include <optional>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include <volt/tensor/cross_entropy.h>
@@ -21,6 +24,7 @@ Tensor tanh(const Tensor& a);
 Tensor sigmoid(const Tensor& a);
 Tensor reciprocal(const Tensor& a);
 Tensor logical_not(const Tensor& a);
+Tensor erf(const Tensor& a);
 
 Tensor add(const Value& a, const Value& b);
 Tensor sub(const Value& a, const Value& b);
@@ -98,6 +102,45 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
 // number of rows not ignored for Mean, 0 for ignored rows.
 Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& target,
                               const CrossEntropyOptions& options = {});
+
+// ---- transformer ops (composites with a row of their own: a trace names them) ----
+// gelu: x * Phi(x) with the exact normal CDF (erf), or approximate = "tanh".
+Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+// x (*, normalized_shape...): normalised over the last normalized_shape.size()
+// dims with the biased variance, then * weight + bias (each optional, of
+// shape normalized_shape).
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+// weight (V, D), index (*) integers in [0, V) -> (*, D), the rows of weight.
+// Its weight gradient adds each output row's gradient into its index's row.
+Tensor embedding(const Tensor& weight, const Tensor& index);
+
+// ---- joining, splitting, masks (compositions of prims, tensor/shape_ops.cpp) ----
+// tensors of one dtype and device, equal sizes except along dim -> joined along dim.
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// tensors of one shape S -> (.., len, ..) with the new dim at `dim`.
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// Views along dim of split_size each (the last may be shorter), or of the given sizes.
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
+// At most `chunks` views of ceil(n / chunks) each along dim.
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+// x where mask is false, value where it is true (mask b8, broadcast to x).
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
+// The lower (upper) triangle of the last two dims: j - i <= diagonal (>= for triu), else 0.
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+// min(max(x, min), max); its gradient passes where min <= x <= max.
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max = std::nullopt);
+// (values, indices) of the largest (smallest) element along dim.
+std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
+std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor max(const Tensor& x);
+Tensor min(const Tensor& x);
+// |a - b| <= atol + rtol |b| everywhere (broadcast); reads the values.
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
+// Same shape and equal values.
+bool equal(const Tensor& a, const Tensor& b);
 
 // ---- C++ operators ----
 inline Tensor operator-(const Tensor& a) { return neg(a); }

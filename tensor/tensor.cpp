@@ -366,6 +366,20 @@ Tensor Tensor::matmul(const Tensor& o) const { return volt::matmul(*this, o); }
 Tensor Tensor::exp() const { return volt::exp(*this); }
 Tensor Tensor::log() const { return volt::log(*this); }
 Tensor Tensor::relu() const { return volt::relu(*this); }
+Tensor Tensor::argmin(int64_t d, bool k) const { return volt::argmin(*this, d, k); }
+std::tuple<Tensor, Tensor> Tensor::max(int64_t d, bool k) const { return volt::max(*this, d, k); }
+std::tuple<Tensor, Tensor> Tensor::min(int64_t d, bool k) const { return volt::min(*this, d, k); }
+std::vector<Tensor> Tensor::chunk(int64_t n, int64_t d) const { return volt::chunk(*this, n, d); }
+std::vector<Tensor> Tensor::split(int64_t s, int64_t d) const { return volt::split(*this, s, d); }
+std::vector<Tensor> Tensor::split(const std::vector<int64_t>& s, int64_t d) const { return volt::split(*this, s, d); }
+Tensor Tensor::masked_fill(const Tensor& m, Scalar v) const { return volt::masked_fill(*this, m, v); }
+Tensor Tensor::tril(int64_t k) const { return volt::tril(*this, k); }
+Tensor Tensor::triu(int64_t k) const { return volt::triu(*this, k); }
+Tensor Tensor::clamp(std::optional<double> lo, std::optional<double> hi) const { return volt::clamp(*this, lo, hi); }
+Tensor Tensor::softmax(int64_t d) const { return volt::softmax(*this, d); }
+Tensor Tensor::log_softmax(int64_t d) const { return volt::log_softmax(*this, d); }
+bool Tensor::allclose(const Tensor& o, double r, double a, bool n) const { return volt::allclose(*this, o, r, a, n); }
+bool Tensor::equal(const Tensor& o) const { return volt::equal(*this, o); }
 
 Tensor& Tensor::requires_grad_(bool on) {
   VOLT_CHECK(!on || is_floating(dtype()), "requires_grad_",

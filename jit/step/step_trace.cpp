@@ -86,17 +86,33 @@ class StepMode final : public DispatchMode {
     const bool grad = grad_enabled() && any_requires_grad(original);
     std::vector<Tensor> outs;
     if (is_prim(call)) {
-      outs = inner_->run(call);
+      outs = handles(inner_->run(call));
       if (grad && (call.op == OpId::custom || autograd::is_differentiable(call.op))) record_node(original, call, outs);
     } else if (grad && fused_with_rule(call)) {
       {
         NoGradGuard no_grad;  // its parts are not taped: its own rule is
-        outs = inner_->run(call);
+        outs = handles(inner_->run(call));
       }
       record_node(original, call, outs);
     } else {
-      outs = inner_->run(call);  // its parts come back through run()
+      outs = handles(inner_->run(call));  // its parts come back through run()
     }
+    return outs;
+  }
+
+  // The user's code gets its own handles to what the trace recorded: an
+  // in-place write rebinds the handle (assign below), never the recorded
+  // output (a gradient accumulated twice into a leaf: clone, then copy_).
+  std::vector<Tensor> handles(std::vector<Tensor> outs) const {
+    for (Tensor& o : outs)
+      if (o.defined() && o.impl()->proxy_owner == &names_) {
+        Tensor h = snapshot(o);
+        h.impl()->requires_grad = o.impl()->requires_grad;
+        h.impl()->grad_fn = o.impl()->grad_fn;
+        h.impl()->output_nr = o.impl()->output_nr;
+        h.impl()->is_view = o.impl()->is_view;
+        o = h;
+      }
     return outs;
   }
 
