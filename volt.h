@@ -28,13 +28,17 @@
 #include <volt/nn/loss.h>
 #include <volt/nn/functional.h>
 #include <volt/nn/optim.h>
+#include <volt/nn/adamw.h>
+#include <volt/nn/clip_grad.h>
 #include <volt/nn/lr_scheduler.h>
+#include <volt/nn/lr_schedule.h>
 #include <volt/nn/serialize.h>
 #include <volt/nn/checkpoint.h>
 #include <volt/data/dataset.h>
 #include <volt/data/dataloader.h>
 #include <volt/data/sampler.h>
 #include <volt/data/transforms.h>
+#include <volt/data/text.h>
 #include <volt/jit/jit.h>
 #include <volt/jit/step/step.h>
 #include <volt/jit/lazy/lazy.h>

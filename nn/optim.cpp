@@ -1,4 +1,5 @@
 #include <volt/nn/optim.h>
+#include <volt/nn/optim_detail.h>
 
 #include <Eigen/Core>
 #include <immintrin.h>
@@ -16,18 +17,13 @@
 
 namespace volt::nn {
 
-namespace {
+namespace detail {
 
-// Below this many elements a parallel loop costs more than it saves.
-constexpr int64_t kParallelGrain = 1 << 16;
-
-// Whether a step can run as one loop over raw host memory.
 bool host_fast_path(const Tensor& p) {
   return p.device().is_cpu() && p.has_data() && p.is_contiguous() &&
          (p.dtype() == DType::f32 || p.dtype() == DType::f64);
 }
 
-// Whether a step runs in the fused CUDA optimizer kernel (tensor/cuda/optim.h).
 bool cuda_fused_path(const Tensor& p) {
 #ifdef VOLT_WITH_CUDA
   return p.device().is_cuda() && p.has_data() && p.is_contiguous() &&
@@ -38,7 +34,6 @@ bool cuda_fused_path(const Tensor& p) {
 #endif
 }
 
-// The gradient as a contiguous tensor of the parameter's dtype and device.
 Tensor grad_like(const Tensor& p) {
   Tensor g = p.grad();
   VOLT_CHECK(g.sizes() == p.sizes(), "optimizer step",
@@ -49,25 +44,31 @@ Tensor grad_like(const Tensor& p) {
   return g.is_contiguous() ? g : g.contiguous();
 }
 
-// Whether step() is running under a tracer (volt::jit::compile_step): the
-// parameters are traced values, and the update is recorded as volt ops.
 bool traced(const std::vector<Tensor>& params) {
   return current_mode() != nullptr && !params.empty() && params[0].is_proxy() && !params[0].device().is_lazy();
 }
 
 Tensor scalar_f64(double v, const Tensor& like) { return Tensor::full({}, v, DType::f64, like.device()); }
 
-// State made before a module moved follows its parameter.
 void follow_device(Tensor& state, const Tensor& p) {
   if (state.defined() && state.device() != p.device()) state = state.to(p.device());
 }
+
+}  // namespace detail
+
+using namespace detail;
+
+namespace {
+
+// Below this many elements a parallel loop costs more than it saves.
+constexpr int64_t kParallelGrain = 1 << 16;
 
 // ---- kernels: one pass over p, g and the state; T is float or double ----
 
 template <class T>
 struct AdamScalars {
   T one_minus_beta1, beta2, one_minus_beta2, weight_decay, neg_step_size, bias_correction2_sqrt,
-      eps;
+      eps, decay;
 };
 
 // Adam works on blocks this long: the block of p, g, m and v (16 KiB in f32)
@@ -112,6 +113,7 @@ void adam_block(T* p, const T* g, T* m, T* v, int64_t n, const AdamScalars<T>& c
     Tmp = Eigen::Map<const Array>(g, n) + c.weight_decay * P;
     g = tmp;
   }
+  if (c.decay != T(1)) P *= c.decay;  // AdamW: decoupled from the gradient
   Eigen::Map<const Array> G(g, n);
   M += c.one_minus_beta1 * (G - M);  // m moves towards g as torch's lerp_ does it: m + w (g - m)
   V = V * c.beta2 + (c.one_minus_beta2 * G) * G;
@@ -132,12 +134,11 @@ struct AdamWork {
 // The per-step constants, computed in double and rounded once to T, as torch
 // passes Python floats to its kernels (1 - beta2 in float would be off by 1e-5).
 template <class T>
-AdamWork<T> adam_work(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
-                      const AdamOptions& o, double step_size, double bias_correction2_sqrt) {
-  const AdamScalars<T> c{T(1.0 - o.beta1), T(o.beta2),           T(1.0 - o.beta2),
-                         T(o.weight_decay), T(-step_size),       T(bias_correction2_sqrt),
-                         T(o.eps)};
-  return {p.data_ptr<T>(), m.data_ptr<T>(), v.data_ptr<T>(), g.data_ptr<T>(), p.numel(), c};
+AdamWork<T> adam_work(const AdamHostSlot& s, double beta1, double beta2, double eps, double weight_decay) {
+  const AdamScalars<T> c{T(1.0 - beta1),    T(beta2),          T(1.0 - beta2),
+                         T(weight_decay),   T(-s.step_size),   T(s.bias_correction2_sqrt),
+                         T(eps),            T(s.decay)};
+  return {s.p.data_ptr<T>(), s.m.data_ptr<T>(), s.v.data_ptr<T>(), s.g.data_ptr<T>(), s.p.numel(), c};
 }
 
 // Runs every parameter's update as one parallel loop over blocks, so a step
@@ -179,6 +180,18 @@ void sgd_kernel(T* p, const T* g, T* buf, int64_t n, T lr, T momentum, T weight_
 }
 
 }  // namespace
+
+void detail::adam_host_step(const std::vector<AdamHostSlot>& slots, double beta1, double beta2, double eps,
+                            double weight_decay) {
+  std::vector<AdamWork<float>> work_f32;
+  std::vector<AdamWork<double>> work_f64;
+  for (const AdamHostSlot& s : slots) {
+    if (s.p.dtype() == DType::f32) work_f32.push_back(adam_work<float>(s, beta1, beta2, eps, weight_decay));
+    else work_f64.push_back(adam_work<double>(s, beta1, beta2, eps, weight_decay));
+  }
+  adam_multi(work_f32);
+  adam_multi(work_f64);
+}
 
 // ---- Optimizer ----
 
@@ -387,9 +400,7 @@ void Adam::step() {
   const auto& o = options_;
   // Once a compiled step made the step-count tensor, it is the count.
   const int64_t counted = step_.defined() ? static_cast<int64_t>(step_.item_double()) : -1;
-  std::vector<Tensor> grads;  // keeps converted grads alive until the update ran
-  std::vector<AdamWork<float>> work_f32;
-  std::vector<AdamWork<double>> work_f64;
+  std::vector<AdamHostSlot> host_slots;  // CPU parameters: one pass below
   std::vector<cuda::AdamSlot> cuda_slots;  // CUDA parameters: one fused launch below
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
@@ -408,11 +419,7 @@ void Adam::step() {
     }
     if (host_fast_path(p)) {
       // Collected here, run below in one pass over all parameters.
-      if (p.dtype() == DType::f32)
-        work_f32.push_back(adam_work<float>(p, g, s.m, s.v, o, step_size, bias_correction2_sqrt));
-      else
-        work_f64.push_back(adam_work<double>(p, g, s.m, s.v, o, step_size, bias_correction2_sqrt));
-      grads.push_back(g);
+      host_slots.push_back({p, g, s.m, s.v, step_size, bias_correction2_sqrt, 1.0});
       continue;
     }
     // Other devices (lazy; CUDA parameters that are not contiguous): the same
@@ -422,8 +429,7 @@ void Adam::step() {
     s.v.mul_(o.beta2).add_(g * g, 1.0 - o.beta2);
     p.add_(s.m / (volt::sqrt(s.v) / bias_correction2_sqrt + o.eps), -step_size);
   }
-  adam_multi(work_f32);
-  adam_multi(work_f64);
+  adam_host_step(host_slots, o.beta1, o.beta2, o.eps, o.weight_decay);
   if (counted >= 0) step_.fill_(static_cast<double>(counted + 1));
 #ifdef VOLT_WITH_CUDA
   if (!cuda_slots.empty()) cuda::fused_adam(cuda_slots, o.beta1, o.beta2, o.eps, o.weight_decay);

@@ -1,4 +1,5 @@
-// Optimizers: SGD (with momentum), Adam and Adadelta, with PyTorch's update rules.
+// Optimizers: SGD (with momentum), Adam and Adadelta, with PyTorch's update rules
+// (AdamW and parameter groups: nn/adamw.h; gradient clipping: nn/clip_grad.h).
 //
 //   volt::nn::Adam opt(net->parameters(), {.lr = 1e-3});
 //   opt.zero_grad();
