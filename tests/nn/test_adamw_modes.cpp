@@ -10,7 +10,7 @@
 #include <vector>
 
 #include <volt/jit/lazy/lazy.h>
-#include <volt/jit/step.h>
+#include <volt/jit/step/step.h>
 #include <volt/nn/adamw.h>
 #include <volt/nn/clip_grad.h>
 #include <volt/nn/functional.h>
