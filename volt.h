@@ -25,6 +25,10 @@
 #include <volt/nn/activation.h>
 #include <volt/nn/sequential.h>
 #include <volt/nn/mlp.h>
+#include <volt/nn/embedding.h>
+#include <volt/nn/layer_norm.h>
+#include <volt/nn/container.h>
+#include <volt/nn/gpt.h>
 #include <volt/nn/loss.h>
 #include <volt/nn/functional.h>
 #include <volt/nn/optim.h>

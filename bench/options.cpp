@@ -14,7 +14,8 @@ namespace {
 const char* kUsage =
     "usage: volt_bench [options]\n"
     "  --model NAME       mlp (default) or cnn: the MNIST CNN, Adadelta, cpu training steps,\n"
-    "                     batch 64 unless --batch (bench/cnn_workload.h)\n"
+    "                     batch 64 unless --batch (bench/cnn_workload.h); gpt: examples/gpt's\n"
+    "                     GPT, AdamW, batch 16 unless --batch, cpu and cuda (bench/gpt_workload.h)\n"
     "  --mode LIST        eager,jit,step,lazy (default: all modes this build has;\n"
     "                     step: the whole training step compiled by volt::jit::compile_step)\n"
     "  --device LIST      cpu,cuda (default: both; cuda only when available)\n"
@@ -79,7 +80,8 @@ Options parse_args(int argc, char** argv) {
       std::exit(0);
     } else if (arg == "--model") {
       o.model = next();
-      if (o.model != "mlp" && o.model != "cnn") usage_error("--model: unknown model '" + o.model + "' (mlp, cnn)");
+      if (o.model != "mlp" && o.model != "cnn" && o.model != "gpt")
+        usage_error("--model: unknown model '" + o.model + "' (mlp, cnn, gpt)");
     } else if (arg == "--mode") {
       o.modes = split(next());
       o.modes_given = true;
@@ -126,8 +128,8 @@ Options parse_args(int argc, char** argv) {
     }
   }
   const std::vector<std::string> cnn_modes = {"eager", "jit", "step", "lazy"};  // bench/cnn_workload.cpp's
-  if (o.model == "cnn" && !o.modes_given) o.modes = cnn_modes;
-  const std::vector<std::string>& known = o.model == "cnn" ? cnn_modes : kModes;
+  if (o.model != "mlp" && !o.modes_given) o.modes = cnn_modes;  // gpt has the same four
+  const std::vector<std::string>& known = o.model != "mlp" ? cnn_modes : kModes;
   for (const auto& m : o.modes)
     if (std::find(known.begin(), known.end(), m) == known.end())
       usage_error("--mode: unknown mode '" + m + "' (this build has eager, jit, step" +

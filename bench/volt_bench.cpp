@@ -6,6 +6,7 @@
 //   volt_bench --json > result.json         # one JSON array
 //   volt_bench --steps 2 --smoke            # every cell once, quickly (./test.sh)
 //   volt_bench --model cnn                  # the MNIST CNN instead (bench/cnn_workload.h)
+//   volt_bench --model gpt                  # examples/gpt's GPT instead (bench/gpt_workload.h)
 //
 // The workload is MLP(784, [784, 784, 784, 28, 10], dropout 0.1) with
 // cross-entropy and Adam (lr 1e-3), as in examples/mnist_mlp.  A training step
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "cnn_workload.h"
+#include "gpt_workload.h"
 #include "common.h"
 #include "cpu_figures.h"
 #include "distributed.h"
@@ -367,6 +369,25 @@ int run_cnn(const Options& o) {
   return bench_cnn::run(c);
 }
 
+// --model gpt: training steps of examples/gpt's model, and LibTorch's when built.
+int run_gpt(const Options& o) {
+  bench_gpt::Options g;
+  g.modes = o.modes;
+  g.devices = o.devices;
+  g.batch = o.batches_given ? o.batches.at(0) : 16;
+  g.steps = o.steps;
+  g.warmup = o.warmup;
+  g.threads = cpu::num_threads();
+  g.json = o.json;
+  if (!o.no_libtorch) {
+    std::string path = o.libtorch;
+    if (path.empty()) path = (std::filesystem::path(self_path()).parent_path() / "libtorch_bench").string();
+    if (::access(path.c_str(), X_OK) == 0) g.libtorch = path;
+    else if (!o.libtorch.empty()) usage_error("--libtorch: cannot run " + o.libtorch);
+  }
+  return bench_gpt::run(g);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -376,6 +397,7 @@ int main(int argc, char** argv) {
     if (o.threads > 0) cpu::set_num_threads(o.threads);
     if (o.first_call_batch > 0) return first_call_child(o);
     if (o.model == "cnn") return run_cnn(o);
+    if (o.model == "gpt") return run_gpt(o);
 
     std::vector<Device> devices;
     for (const auto& d : o.devices) {

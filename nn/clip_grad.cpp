@@ -27,14 +27,17 @@ std::vector<Grad> grads_of(const std::vector<Tensor>& params, const char* op) {
   return grads;
 }
 
-// The parameter's gradient becomes `value`.  Eagerly (and on the lazy device)
+// The parameter's gradient becomes `value`.  Eagerly
 // it is written into the gradient's memory, as PyTorch's in-place clipping
 // does; an expanded gradient (of a sum, its elements shared) is replaced
 // instead.  Traced (a compiled step), the parameter's .grad is the new traced
 // value: the old one is the output of a recorded op and stays as it was.
 void write_grad(Grad& g, const Tensor& value) {
   const bool traced = current_mode() != nullptr && g.grad.is_proxy() && !g.grad.device().is_lazy();
-  if (traced || (g.grad.has_data() && !g.grad.is_contiguous())) {
+  // A lazy gradient may share a base it was viewed from (backward can hand a
+  // leaf a reshaped result), which the lazy device cannot write into: on
+  // that device every gradient is replaced.
+  if (traced || g.grad.device().is_lazy() || (g.grad.has_data() && !g.grad.is_contiguous())) {
     g.param.set_grad(value);
     g.grad = value;
     return;

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <set>
 #include <typeinfo>
 #include <ostream>
 #include <sstream>
@@ -105,8 +106,42 @@ void Module::collect(const std::string& prefix, bool recurse, bool buffers,
 }
 
 NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors all, out;
+  collect("", recurse, false, all);
+  std::set<const TensorImpl*> seen;
+  for (auto& [n, t] : all)
+    if (seen.insert(t.impl()).second) out.emplace_back(std::move(n), t);
+  return out;
+}
+
+NamedTensors Module::state_dict() const {
   NamedTensors out;
-  collect("", recurse, false, out);
+  collect("", true, false, out);
+  collect("", true, true, out);
+  return out;
+}
+
+void Module::collect_modules(const std::string& prefix,
+                             std::vector<std::pair<std::string, std::shared_ptr<Module>>>& out) const {
+  for (const auto& [n, c] : children_) {
+    const std::string name = prefix.empty() ? n : prefix + "." + n;
+    bool seen = false;
+    for (const auto& [m_name, m] : out) seen = seen || m == c;
+    if (seen) continue;
+    out.emplace_back(name, c);
+    c->collect_modules(name, out);
+  }
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules(bool include_self) const {
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+  if (include_self) {
+    std::shared_ptr<Module> self = std::const_pointer_cast<Module>(weak_from_this().lock());
+    // Not owned by a shared_ptr: a handle that owns nothing (aliasing an empty one).
+    if (!self) self = std::shared_ptr<Module>(std::shared_ptr<Module>(), const_cast<Module*>(this));
+    out.emplace_back("", self);
+  }
+  collect_modules("", out);
   return out;
 }
 

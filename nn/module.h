@@ -49,11 +49,20 @@ class Module : public std::enable_shared_from_this<Module> {
   }
 
   // ---- traversal, in registration order, with PyTorch's dotted names ("3.bias") ----
+  // A tensor registered under several names (a tied weight) is listed once,
+  // under the first name met, as PyTorch's named_parameters() does.
   std::vector<Tensor> parameters(bool recurse = true) const;
   NamedTensors named_parameters(bool recurse = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
   NamedTensors named_buffers(bool recurse = true) const;
+  // Every name of every parameter, then of every buffer, tied ones under each
+  // of their names: what PyTorch's state_dict() holds and nn::save writes.
+  NamedTensors state_dict() const;
   std::vector<std::shared_ptr<Module>> children() const;
+  // This module (named "", unless include_self is false) and every module
+  // below it, depth first, each once, named with dots ("transformer.h.0.attn").
+  // The handle to this module owns nothing when it was not made by make_shared.
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules(bool include_self = true) const;
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const {
     return children_;
   }
@@ -83,6 +92,7 @@ class Module : public std::enable_shared_from_this<Module> {
  private:
   bool has_member(const std::string& name) const;
   void collect(const std::string& prefix, bool recurse, bool buffers, NamedTensors& out) const;
+  void collect_modules(const std::string& prefix, std::vector<std::pair<std::string, std::shared_ptr<Module>>>& out) const;
 
   std::string type_name_;
   bool training_ = true;

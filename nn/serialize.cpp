@@ -296,9 +296,7 @@ NamedTensors load_tensors(const std::string& path) {
 }
 
 void save(const Module& module, const std::string& path) {
-  NamedTensors all = module.named_parameters();
-  for (auto& nb : module.named_buffers()) all.push_back(nb);
-  save_tensors(all, path);
+  save_tensors(module.state_dict(), path);
 }
 
 LoadResult load(Module& module, const std::string& path, bool strict) {
@@ -307,8 +305,7 @@ LoadResult load(Module& module, const std::string& path, bool strict) {
   std::map<std::string, const Entry*> by_name;
   for (const Entry& e : f.entries) by_name[e.name] = &e;
 
-  NamedTensors targets = module.named_parameters();
-  for (auto& nb : module.named_buffers()) targets.push_back(nb);
+  NamedTensors targets = module.state_dict();
 
   // Check everything before changing anything, and report every misfit at once.
   LoadResult result;

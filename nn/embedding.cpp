@@ -1,0 +1,28 @@
+#include <volt/nn/embedding.h>
+
+#include <volt/tensor/ops.h>
+
+namespace volt::nn {
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim) : Module("Embedding") {
+  VOLT_CHECK(num_embeddings > 0 && embedding_dim > 0, "Embedding",
+             "sizes must be positive, got num_embeddings=" << num_embeddings
+                                                           << ", embedding_dim=" << embedding_dim);
+  NoGradGuard no_grad;
+  weight_ = register_parameter("weight", Tensor::randn({num_embeddings, embedding_dim}));
+}
+
+Embedding::Embedding(const Tensor& weight) : Module("Embedding") {
+  VOLT_CHECK(weight.defined() && weight.dim() == 2, "Embedding",
+             "a shared weight must be 2-D (num_embeddings, embedding_dim), got "
+                 << (weight.defined() ? weight.meta_str() : std::string("an undefined tensor")));
+  weight_ = register_parameter("weight", weight, weight.requires_grad());
+}
+
+Tensor Embedding::forward(const Tensor& index) { return volt::embedding(weight_, index); }
+
+std::string Embedding::extra_repr() const {
+  return std::to_string(num_embeddings()) + ", " + std::to_string(embedding_dim());
+}
+
+}  // namespace volt::nn

@@ -1,0 +1,35 @@
+// volt::nn::Embedding — a table of learned vectors looked up by index.
+//
+//   auto wte = std::make_shared<volt::nn::Embedding>(256, 128);
+//   volt::Tensor x = (*wte)(idx);  // idx: (B, T) integers in [0, 256) -> (B, T, 128)
+//   std::cout << *wte;             // Embedding(256, 128)
+//
+// The weight (num_embeddings, embedding_dim) is drawn from N(0, 1) as in
+// PyTorch; its gradient adds each output row's gradient into its index's row.
+#pragma once
+#include <cstdint>
+
+#include <volt/nn/module.h>
+
+namespace volt::nn {
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  // A table that shares `weight` (V, D): a weight tied to another module's
+  // (a language model's output projection) is one parameter under two names.
+  explicit Embedding(const Tensor& weight);
+
+  // index: (*) integers -> (*, embedding_dim)
+  Tensor forward(const Tensor& index) override;
+  std::string extra_repr() const override;  // "256, 128"
+
+  int64_t num_embeddings() const { return weight_.size(0); }
+  int64_t embedding_dim() const { return weight_.size(1); }
+  const Tensor& weight() const { return weight_; }
+
+ private:
+  Tensor weight_;
+};
+
+}  // namespace volt::nn

@@ -1,0 +1,74 @@
+// examples/gpt run as a user runs it, for a few steps on a small text in each
+// mode: the model's printout, the validation losses, tokens/s, the block's
+// trace when jitted, the saved file and the sample.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <volt/nn/serialize.h>
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string out;
+};
+
+Run run(const std::string& args) {
+  Run r;
+  const std::string cmd = std::string(VOLT_EXAMPLES_BIN_DIR) + "/gpt " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// A few kilobytes of English-like text, enough for windows of 128 in both splits.
+std::filesystem::path small_corpus() {
+  auto dir = std::filesystem::temp_directory_path() / "volt_test_gpt_example";
+  std::filesystem::create_directories(dir);
+  std::ofstream out(dir / "brown.txt");
+  for (int i = 0; i < 60; ++i)
+    out << "The Fulton County Grand Jury said Friday an investigation of recent primary election produced no evidence "
+        << i << " .\n";
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("examples: gpt trains a few steps in each mode and samples from the prompt") {
+  const auto dir = small_corpus();
+  const std::string common = "--data-dir " + dir.string() + " --steps 3 --eval-every 2 --batch-size 2 --sample 24 ";
+  for (const std::string mode : {"--device cpu --eager", "--device cpu --jit module", "--device cpu --jit step", "--device lazy"}) {
+    CAPTURE(mode);
+    Run r = run(common + mode + (mode.find("step") != std::string::npos ? " --save " + (dir / "ckpt").string() : ""));
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("(lm_head): Linear(in_features=128, out_features=256, bias=False)") != std::string::npos);
+    CHECK(r.out.find("step 0: val loss 5.5") != std::string::npos);  // about ln 256 = 5.545 untrained
+    CHECK(r.out.find("step 2: train loss") != std::string::npos);
+    CHECK(r.out.find("step 3: train loss") != std::string::npos);
+    CHECK(r.out.find("tokens/s") != std::string::npos);
+    CHECK(r.out.find("A sample (temperature 1, top-k 0):\nThe ") != std::string::npos);
+    const bool traced = mode.find("--jit") != std::string::npos;
+    CHECK((r.out.find("a transformer block's forward") != std::string::npos) == traced);
+  }
+  auto saved = volt::nn::load_tensors((dir / "ckpt" / "model.safetensors").string());
+  bool head = false;
+  for (auto& [n, t] : saved) head = head || n == "lm_head.weight";
+  CHECK(head);
+  CHECK(saved.size() == 2 + 4 * 12 + 2 + 1);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("examples: gpt without brown.txt says how to fetch it") {
+  Run r = run("--data-dir /nonexistent-volt-dir --device cpu --steps 1");
+  CHECK(r.status == 1);
+  CHECK(r.out.find("data/fetch_brown.sh") != std::string::npos);
+}
