@@ -206,10 +206,9 @@ TEST_CASE("cuda: gpt: the compiled GPT step on the GPU equals eager CPU over 5 A
   CHECK(step->compiles() == 1);
 }
 
-// Expected to fail until embedding's index check stops reading the indices
-// back to the host on a GPU (a copy that a CUDA graph cannot capture), after
-// which the step falls back to launch-by-launch; may_fail keeps it visible.
-TEST_CASE("cuda: gpt: the compiled GPT step replays as one graph launch per step" * doctest::may_fail()) {
+// embedding's index check runs on the device inside a graph (as the class
+// index check does), so the whole step is one graph launch.
+TEST_CASE("cuda: gpt: the compiled GPT step replays as one graph launch per step") {
   SKIP_WITHOUT_GPU();
   auto data = make_batches();
   std::unique_ptr<jit::CompiledStep> step;
