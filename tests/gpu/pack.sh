@@ -84,9 +84,16 @@ else
   die "MNIST is not in $data_dir (data/fetch_mnist.sh fetches it; --synthetic-data makes a random one for dry runs)"
 fi
 brown_note="absent"
-for b in "${VOLT_DATA_DIR:-}/brown.txt" "$HOME/.cache/volt/brown/brown.txt" data/brown.txt; do
-  if [ -f "$b" ]; then cp "$b" "$dir/data/brown.txt"; brown_note="from $b"; break; fi
-done
+if ((synthetic)) && [ "$data_note" != "MNIST from $data_dir" ]; then
+  # A dry run's corpus: 64 KiB of random words, so the GPT example runs too.
+  python3 -c 'import random; random.seed(0); w=["the","of","and","a","to","in","is","was","he","for"]
+print("\n".join(" ".join(random.choice(w) for _ in range(12)) for _ in range(1200)))' > "$dir/data/brown.txt"
+  brown_note="synthetic (random words): for dry runs only"
+else
+  for b in "$HOME/.cache/volt/brown/brown.txt" data/brown.txt; do
+    if [ -f "$b" ]; then cp "$b" "$dir/data/brown.txt"; brown_note="from $b"; break; fi
+  done
+fi
 
 # ---- kernels: the CUDA tests' sources (a cudasim run keeps them beside its
 # images), compiled by the real NVRTC for sm_CC.

@@ -63,7 +63,7 @@ def sanitizer_figures(text):
 def load_cells(out):
     """volt_bench's cells (bench.json, bench_cnn.json) and PyTorch's; and volt_bench's metrics."""
     cells, metrics = [], []
-    for name, model in (("bench.json", "mlp"), ("bench_cnn.json", "cnn")):
+    for name, model in (("bench.json", "mlp"), ("bench_cnn.json", "cnn"), ("bench_gpt.json", "gpt")):
         try:
             data = json.loads(read(os.path.join(out, name)) or "null")
         except ValueError:
@@ -113,6 +113,12 @@ def main():
             figures[s["name"]] = mnist_figures(text)
         elif s["name"] in ("memcheck", "racecheck"):
             figures[s["name"]] = sanitizer_figures(text)
+        elif s["name"] == "gpt":
+            vals = re.findall(r"val loss ([0-9.]+)", text)
+            toks = re.findall(r"([0-9.]+) tokens/s", text)
+            figures["gpt"] = {"val_loss_first": float(vals[0]) if vals else None,
+                              "val_loss_last": float(vals[-1]) if vals else None,
+                              "tokens_per_s_last": float(toks[-1]) if toks else None}
         elif s["name"] == "kernels":
             m = re.search(r"precompile_kernels: (\d+) of (\d+) kernels", text)
             if m:
