@@ -5,7 +5,7 @@
 #   OUT/report.md     the GPU, driver and toolkit, each step's result and figures
 #   OUT/results.json  the same as data
 #   OUT/log.txt       every step's output, in order
-#   OUT/bench.json, OUT/bench_gpt.json, OUT/pytorch.jsonl   the benchmark cells
+#   OUT/bench.json, OUT/bench_gpt.jsonl, OUT/pytorch.jsonl   the benchmark cells
 #
 #   tests/gpu/check.sh DIR OUT [--dry-run]
 #
@@ -211,7 +211,7 @@ if ((dry)); then
   skip bench_gpt "dry run: too slow on the simulated GPU"
 elif "$bench" --help 2>/dev/null | grep -q 'gpt: examples/gpt'; then
   step bench_gpt 120 "$bench" --model gpt --device cuda "${steps[@]}" --no-libtorch --no-extras --json
-  sed -n '/^\[/,$p' "$work/bench_gpt.out" > "$out/bench_gpt.json" 2>/dev/null
+  grep '^{' "$work/bench_gpt.out" > "$out/bench_gpt.jsonl" 2>/dev/null
 fi
 
 # 6. PyTorch on the same GPU, same models and recipe: eager, the whole step

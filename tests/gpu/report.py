@@ -63,7 +63,7 @@ def sanitizer_figures(text):
 def load_cells(out):
     """volt_bench's cells (bench.json, bench_cnn.json) and PyTorch's; and volt_bench's metrics."""
     cells, metrics = [], []
-    for name, model in (("bench.json", "mlp"), ("bench_cnn.json", "cnn"), ("bench_gpt.json", "gpt")):
+    for name, model in (("bench.json", "mlp"), ("bench_cnn.json", "cnn")):
         try:
             data = json.loads(read(os.path.join(out, name)) or "null")
         except ValueError:
@@ -75,7 +75,8 @@ def load_cells(out):
             elif isinstance(c, dict) and "metric" in c:
                 c.setdefault("model", model)
                 metrics.append(c)
-    for line in read(os.path.join(out, "pytorch.jsonl")).splitlines():
+    lines = read(os.path.join(out, "pytorch.jsonl")).splitlines() + read(os.path.join(out, "bench_gpt.jsonl")).splitlines()
+    for line in lines:
         try:
             c = json.loads(line)
             c.setdefault("model", "mlp")
