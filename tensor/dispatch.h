@@ -43,7 +43,7 @@ struct Attrs {
 };
 
 struct OpCall {
-  OpId op;
+  OpId op = OpId::kCount;  // none yet
   std::vector<Value> args;
   Attrs attrs;
 };

@@ -2,6 +2,8 @@
 
 #include <cstddef>
 
+#include <volt/tensor/error.h>
+
 namespace volt {
 
 namespace {
@@ -13,6 +15,10 @@ const OpInfo kOps[] = {
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == static_cast<size_t>(OpId::kCount));
 }  // namespace
 
-const OpInfo& op_info(OpId op) { return kOps[static_cast<size_t>(op)]; }
+const OpInfo& op_info(OpId op) {
+  // kCount is what an OpCall names before it is set (a fused region's call is unused).
+  VOLT_CHECK(op < OpId::kCount, "op_table", "an OpCall naming no op (id " << static_cast<int>(op) << ")");
+  return kOps[static_cast<size_t>(op)];
+}
 
 }  // namespace volt

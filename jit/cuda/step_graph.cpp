@@ -89,7 +89,7 @@ long long device_check_kind(const std::string& name) {
 bool use_device_checks(std::vector<BoundSymbol>& bsyms) {
   bool any = false;
   for (BoundSymbol& b : bsyms) {
-    if (b.call.op == OpId::custom) {
+    if (!b.is_fusion() && b.call.op == OpId::custom) {
       const std::string name = op_name(b.call);
       if (const long long kind = device_check_kind(name)) {
         b.call = custom_call(device_range_check(name, kind), b.call.args);

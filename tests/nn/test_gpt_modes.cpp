@@ -123,20 +123,30 @@ jit::JitFunction jit_loss(const std::shared_ptr<nn::GPT>& gpt) {
                           {"idx", "targets"}, params, names, [gpt] { return gpt->is_training(); }, named("GPT"));
 }
 
-Run run_compiled(const std::vector<Batch>& data, Device device, std::unique_ptr<jit::CompiledStep>& step) {
-  auto gpt = make_gpt();
-  gpt->to(device);
-  auto opt = make_opt(*gpt);
-  LossFn loss_of = [&](const Tensor& x, const Tensor& y) { return gpt->forward(x, y).loss; };
-  step = std::make_unique<jit::CompiledStep>(jit::compile_step(
-      [&](const Tensor& x, const Tensor& y) { return train_step(loss_of, *gpt, *opt, x, y); },
-      {.state = {*gpt, *opt}}));
+// The model, optimizer and step of a compiled run: the step refers to the
+// model and optimizer (their training flag and learning rate), so they live
+// as long as it does.
+struct Compiled {
+  std::shared_ptr<nn::GPT> gpt;
+  std::unique_ptr<nn::AdamW> opt;
+  LossFn loss_of;
+  std::unique_ptr<jit::CompiledStep> step;
+};
+
+Run run_compiled(const std::vector<Batch>& data, Device device, Compiled& c) {
+  c.gpt = make_gpt();
+  c.gpt->to(device);
+  c.opt = make_opt(*c.gpt);
+  c.loss_of = [&c](const Tensor& x, const Tensor& y) { return c.gpt->forward(x, y).loss; };
+  c.step = std::make_unique<jit::CompiledStep>(jit::compile_step(
+      [&c](const Tensor& x, const Tensor& y) { return train_step(c.loss_of, *c.gpt, *c.opt, x, y); },
+      {.state = {*c.gpt, *c.opt}}));
   std::vector<double> losses;
   for (int i = 0; i < kSteps; ++i) {
-    opt->set_lr(kSchedule(i + 1));
-    losses.push_back((*step)(data[i].x.to(device), data[i].y.to(device)).item<double>());
+    c.opt->set_lr(kSchedule(i + 1));
+    losses.push_back((*c.step)(data[i].x.to(device), data[i].y.to(device)).item<double>());
   }
-  return finish(losses, *gpt);
+  return finish(losses, *c.gpt);
 }
 
 }  // namespace
@@ -165,10 +175,10 @@ TEST_CASE("GPT: the module jit equals eager over 5 AdamW steps with clipping; on
 TEST_CASE("GPT: compile_step equals eager over 5 AdamW steps with clipping; one compile") {
   auto data = make_batches();
   const Run eager = run_eager(data);
-  std::unique_ptr<jit::CompiledStep> step;
-  check_same_run(run_compiled(data, kCPU, step), eager);
-  CHECK(step->compiles() == 1);
-  CHECK(step->cache_hits() == kSteps - 1);
+  Compiled c;
+  check_same_run(run_compiled(data, kCPU, c), eager);
+  CHECK(c.step->compiles() == 1);
+  CHECK(c.step->cache_hits() == kSteps - 1);
 }
 
 TEST_CASE("GPT: the lazy device equals eager over 5 AdamW steps with clipping; compiles do not grow with the steps") {
@@ -201,9 +211,9 @@ TEST_CASE("cuda: gpt: the compiled GPT step on the GPU equals eager CPU over 5 A
   SKIP_WITHOUT_GPU();
   auto data = make_batches();
   const Run eager = run_eager(data);
-  std::unique_ptr<jit::CompiledStep> step;
-  check_same_run(run_compiled(data, Device::cuda(0), step), eager);
-  CHECK(step->compiles() == 1);
+  Compiled c;
+  check_same_run(run_compiled(data, Device::cuda(0), c), eager);
+  CHECK(c.step->compiles() == 1);
 }
 
 // embedding's index check runs on the device inside a graph (as the class
@@ -211,16 +221,16 @@ TEST_CASE("cuda: gpt: the compiled GPT step on the GPU equals eager CPU over 5 A
 TEST_CASE("cuda: gpt: the compiled GPT step replays as one graph launch per step") {
   SKIP_WITHOUT_GPU();
   auto data = make_batches();
-  std::unique_ptr<jit::CompiledStep> step;
-  run_compiled(data, Device::cuda(0), step);
-  CHECK(step->ran_as_graph());
+  Compiled c;
+  run_compiled(data, Device::cuda(0), c);
+  CHECK(c.step->ran_as_graph());
   auto counters = cuda::simulated_counters();
   if (!counters) return;  // launches are counted by the simulated GPU (tests/cudasim)
   Tensor x = data[0].x.to(Device::cuda(0)), y = data[0].y.to(Device::cuda(0));
   cuda::synchronize(0);
   const auto before = *cuda::simulated_counters();
   constexpr int kMore = 3;
-  for (int i = 0; i < kMore; ++i) (*step)(x, y);
+  for (int i = 0; i < kMore; ++i) (*c.step)(x, y);
   cuda::synchronize(0);
   const auto after = *cuda::simulated_counters();
   CHECK(after.graph_launches - before.graph_launches == kMore);
