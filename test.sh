@@ -2,19 +2,25 @@
 # Installs what is missing, builds volt and runs the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")"
+# Each part says when it starts, in seconds since this script did.
+t0=$(date +%s)
+say() { echo "volt: [$(( $(date +%s) - t0 )) s] $*"; }
+say "set-up and build"
 VOLT_NEED_BROWSER=1 ./setup.sh
+say "the test suite"
 ./build/tests/volt_tests "$@"
+say "the package checks"
 # volt as other projects use it: installed (find_package, pkg-config) and vendored
 # (add_subdirectory); and every C++ block of README.md compiled.
 tests/package/check.sh build
 tests/package/readme_snippets.sh build
 # volt::dist and data-parallel training on 2 MPI ranks (an MPI build only).
 if [ -x build/tests/volt_mpi_tests ]; then
-  echo "volt: the MPI tests (mpirun -np 2)"
+  say "the MPI tests (mpirun -np 2)"
   tests/mpi/run.sh build
 fi
 if [ -x build/bench/volt_bench ]; then
-  echo "volt: benchmark smoke run"
+  say "benchmark smoke run"
   ./build/bench/volt_bench --steps 2 --smoke >/dev/null
 fi
 # The CUDA backend once more, on the simulated GPU of tests/cudasim (a CUDA
@@ -24,7 +30,7 @@ fi
 # kernels on the host instead.
 sim=build/tests/libvolt_cudasim.so
 if [ -f "$sim" ]; then
-  echo "volt: the CUDA tests on the simulated GPU (tests/cudasim)"
+  say "the CUDA tests on the simulated GPU (tests/cudasim)"
   export VOLT_KERNEL_CACHE="$PWD/build/cudasim-kernels"
   LD_PRELOAD="$PWD/$sim" ./build/tests/volt_tests \
     -tc='cuda: *,cuda child*,lazy: the CUDA backend*,eigen_linear*' -tce='cuda: every elementwise op*'
@@ -33,7 +39,7 @@ if [ -f "$sim" ]; then
   fi
   # The GPU node's check (tests/gpu/), every step of it on the simulated GPU:
   # a pack with a few kernels and a small random MNIST, then check.sh's dry run.
-  echo "volt: tests/gpu/pack.sh and check.sh --dry-run on the simulated GPU"
+  say "tests/gpu/pack.sh and check.sh --dry-run on the simulated GPU"
   gpu_tmp=$(mktemp -d)
   tests/gpu/pack.sh "$gpu_tmp/pack" --data-dir "$gpu_tmp/none" --synthetic-data --kernel-limit 3 >/dev/null
   tests/gpu/check.sh "$gpu_tmp/pack" "$gpu_tmp/out" --dry-run >/dev/null ||
@@ -43,5 +49,7 @@ fi
 # The whole suite again under AddressSanitizer and UndefinedBehaviorSanitizer
 # (tests/sanitize.sh, its own build-asan folder); VOLT_SANITIZE=0 skips it.
 if [ "${VOLT_SANITIZE:-1}" != 0 ]; then
+  say "the sanitizer pass"
   tests/sanitize.sh
 fi
+say "all passed"

@@ -25,7 +25,7 @@ cmake --build build-asan -j "$(nproc 2>/dev/null || echo 2)" --target volt_tests
 # "out of memory" volt::Error), which the tests check, instead of aborting.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1:strict_string_checks=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-echo "volt: the test suite under ASan and UBSan (build-asan)"
+echo "volt: the test suite under ASan and UBSan (build-asan), built in $(( $(date +%s) - start )) s"
 ./build-asan/tests/volt_tests "$@"
 
 # The simulated GPU is the ordinary build's, uninstrumented: preloaded, it is
@@ -35,7 +35,7 @@ echo "volt: the test suite under ASan and UBSan (build-asan)"
 if grep -q "VOLT_WITH_CUDA" build-asan/CMakeFiles/volt.dir/flags.make 2>/dev/null; then
   [ -f build/CMakeCache.txt ] || cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build -j "$(nproc 2>/dev/null || echo 2)" --target volt_cudasim
-  echo "volt: the CUDA tests on the simulated GPU, under ASan and UBSan"
+  echo "volt: the CUDA tests on the simulated GPU, under ASan and UBSan ($(( $(date +%s) - start )) s in)"
   # The kernels are built by the host compiler as in the ordinary run: its cache serves.
   export VOLT_KERNEL_CACHE="$PWD/build/cudasim-kernels"
   # The preloaded library comes before the sanitizer runtime in the load order.
