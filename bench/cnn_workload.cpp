@@ -4,15 +4,13 @@
 // mode's time is the time until the updated parameters exist.
 #include "cnn_workload.h"
 
-#include <sys/wait.h>
-
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
-#include <sstream>
 
 #include "common.h"
+#include "workload.h"
 #include <volt/jit/jit.h>
 #include <volt/jit/lazy/lazy.h>
 #include <volt/jit/step/step.h>
@@ -25,6 +23,8 @@ namespace bench_cnn {
 namespace {
 
 using namespace volt;
+using volt::benchmark::child_output_lines;
+using volt::benchmark::json_field;
 
 struct Cell {
   std::string mode;
@@ -93,16 +93,6 @@ Cell run_cell(const std::string& mode, int64_t batch, const Options& o) {
   return {mode, batch, bench::time_steps(train_step, o.steps, o.warmup)};
 }
 
-std::string json_field(const std::string& line, const std::string& key) {
-  const std::string k = "\"" + key + "\":";
-  const size_t at = line.find(k);
-  if (at == std::string::npos) return "";
-  size_t b = at + k.size(), e = b;
-  if (line[b] == '"') e = line.find('"', ++b);
-  else e = line.find_first_of(",}", b);
-  return line.substr(b, e == std::string::npos ? std::string::npos : e - b);
-}
-
 // libtorch_bench --model cnn, as a child process (its own threads and allocator).
 std::vector<Cell> run_libtorch(const Options& o) {
   std::string cmd = "'" + o.libtorch + "' --model cnn --no-eval --json --batch ";
@@ -110,18 +100,7 @@ std::vector<Cell> run_libtorch(const Options& o) {
   if (o.steps > 0) cmd += " --steps " + std::to_string(o.steps);
   if (o.threads > 0) cmd += " --threads " + std::to_string(o.threads);
   std::vector<Cell> cells;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return cells;
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int rc = ::pclose(p);
-  if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0) {
-    std::fprintf(stderr, "volt_bench: %s failed\n", cmd.c_str());
-    return cells;
-  }
-  std::stringstream ss(out);
-  for (std::string line; std::getline(ss, line);) {
+  for (const std::string& line : child_output_lines(cmd)) {
     if (json_field(line, "phase") != "train") continue;
     Cell c{"libtorch", std::stoll(json_field(line, "batch")), {}};
     c.t.steps = std::stoll(json_field(line, "steps"));

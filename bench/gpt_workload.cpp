@@ -4,16 +4,14 @@
 // parameters exist (the lazy step waits for its graph, a GPU step synchronises).
 #include "gpt_workload.h"
 
-#include <sys/wait.h>
-
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
 #include <random>
-#include <sstream>
 
 #include "common.h"
+#include "workload.h"
 #include <volt/jit/jit.h>
 #include <volt/jit/lazy/lazy.h>
 #include <volt/jit/step/step.h>
@@ -28,6 +26,8 @@ namespace bench_gpt {
 namespace {
 
 using namespace volt;
+using volt::benchmark::child_output_lines;
+using volt::benchmark::json_field;
 
 struct Cell {
   std::string mode, device;
@@ -113,34 +113,13 @@ Cell run_cell(const std::string& mode, const std::string& device_name, const Opt
   return {mode, device_name, o.batch, block, bench::time_steps(train_step, o.steps, o.warmup)};
 }
 
-std::string json_field(const std::string& line, const std::string& key) {
-  const std::string k = "\"" + key + "\":";
-  const size_t at = line.find(k);
-  if (at == std::string::npos) return "";
-  size_t b = at + k.size(), e = b;
-  if (line[b] == '"') e = line.find('"', ++b);
-  else e = line.find_first_of(",}", b);
-  return line.substr(b, e == std::string::npos ? std::string::npos : e - b);
-}
-
 // libtorch_bench --model gpt, as a child process (its own threads and allocator).
 std::vector<Cell> run_libtorch(const Options& o) {
   std::string cmd = "'" + o.libtorch + "' --model gpt --json --batch " + std::to_string(o.batch);
   if (o.steps > 0) cmd += " --steps " + std::to_string(o.steps);
   if (o.threads > 0) cmd += " --threads " + std::to_string(o.threads);
   std::vector<Cell> cells;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return cells;
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int rc = ::pclose(p);
-  if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0) {
-    std::fprintf(stderr, "volt_bench: %s failed\n", cmd.c_str());
-    return cells;
-  }
-  std::stringstream ss(out);
-  for (std::string line; std::getline(ss, line);) {
+  for (const std::string& line : child_output_lines(cmd)) {
     if (json_field(line, "model") != "gpt" || json_field(line, "phase") != "train") continue;
     Cell c{"libtorch", "cpu", std::stoll(json_field(line, "batch")), 0, {}};
     c.t.steps = std::stoll(json_field(line, "steps"));

@@ -1,6 +1,11 @@
 // The seed model and its batches as volt_bench holds them (bench/workload.h).
 #include "workload.h"
 
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <sstream>
+
 #include <volt/tensor/backend.h>
 #include <volt/tensor/random.h>
 
@@ -45,6 +50,33 @@ void synchronize(Device device) {
 
 bool cuda_usable() {
   return backend_for(DeviceType::CUDA) != nullptr && cuda::is_available();
+}
+
+std::vector<std::string> child_output_lines(const std::string& command) {
+  std::vector<std::string> lines;
+  FILE* p = ::popen(command.c_str(), "r");
+  if (!p) return lines;
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int rc = ::pclose(p);
+  if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0) {
+    std::fprintf(stderr, "volt_bench: %s failed\n", command.c_str());
+    return lines;
+  }
+  std::stringstream ss(out);
+  for (std::string line; std::getline(ss, line);) lines.push_back(line);
+  return lines;
+}
+
+std::string json_field(const std::string& line, const std::string& key) {
+  const std::string k = "\"" + key + "\":";
+  const size_t at = line.find(k);
+  if (at == std::string::npos) return "";
+  size_t b = at + k.size(), e = b;
+  if (line[b] == '"') e = line.find('"', ++b);
+  else e = line.find_first_of(",}", b);
+  return line.substr(b, e == std::string::npos ? std::string::npos : e - b);
 }
 
 }  // namespace volt::benchmark

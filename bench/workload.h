@@ -30,6 +30,12 @@ std::vector<Batch> mnist_batches(const data::MNIST& set, int64_t batch, Device d
 void synchronize(Device device);
 bool cuda_usable();
 
+// A baseline binary run as a child process (its own threads and allocator):
+// its standard output by lines, or nothing (said on stderr) when it failed.
+std::vector<std::string> child_output_lines(const std::string& command);
+// The value of "key" in one line of JSON ({"key": 1.5, "k2": "text"}), as text; "" when absent.
+std::string json_field(const std::string& line, const std::string& key);
+
 // A figure that is not a matrix cell: {"metric": name, key: value, ...}.
 struct Metric {
   std::string name;

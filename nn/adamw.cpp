@@ -44,7 +44,7 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
     : AdamW(std::vector<ParamGroup>{ParamGroup{.params = std::move(params), .lr = {}, .weight_decay = {}}}, options) {}
 
 AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions defaults)
-    : Optimizer(flatten(groups)), options_(defaults) {
+    : AdamBase(flatten(groups)), options_(defaults) {
   check_options();
   size_t at = 0;
   for (const ParamGroup& pg : groups) {
@@ -58,7 +58,6 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions defaults)
                "weight_decay must be >= 0, got " << g.weight_decay << " for group " << groups_.size());
     groups_.push_back(g);
   }
-  state_.resize(params_.size());
 }
 
 void AdamW::check_options() const {
@@ -83,37 +82,6 @@ void AdamW::set_group_lr(size_t group, double lr) {
              "group " << group << " is out of range for an optimizer of " << groups_.size() << " groups");
   VOLT_CHECK(lr >= 0, "AdamW", "lr must be >= 0, got " << lr);
   groups_[group].lr = lr;
-}
-
-int64_t AdamW::step_count(size_t i) const {
-  const State& s = state_.at(i);
-  return step_.defined() && s.m.defined() ? static_cast<int64_t>(step_.item_double()) : s.step;
-}
-
-AdamW::State& AdamW::ready_state(size_t i) {
-  const Tensor& p = params_[i];
-  State& s = state_[i];
-  follow_device(s.m, p);
-  follow_device(s.v, p);
-  if (!s.m.defined()) {
-    s.m = Tensor::zeros(p.sizes(), p.dtype(), p.device());
-    s.v = Tensor::zeros(p.sizes(), p.dtype(), p.device());
-  }
-  return s;
-}
-
-std::vector<Tensor> AdamW::state_tensors() {
-  std::vector<Tensor> r;
-  int64_t count = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    State& s = ready_state(i);
-    count = std::max(count, s.step);
-    r.push_back(s.m);
-    r.push_back(s.v);
-  }
-  if (!step_.defined() && !params_.empty()) step_ = scalar_f64(static_cast<double>(count), params_[0]);
-  if (step_.defined()) r.push_back(step_);
-  return r;
 }
 
 std::vector<Optimizer::RunTimeScalar> AdamW::run_time_scalars() {
@@ -219,23 +187,6 @@ void AdamW::step() {
 #ifdef VOLT_WITH_CUDA
   if (!cuda_slots.empty()) cuda::fused_adam(cuda_slots, o.beta1, o.beta2, o.eps, /*weight_decay=*/0.0);
 #endif
-}
-
-// ---- checkpoints (nn/optim_state.cpp): Adam's names ----
-
-std::vector<std::pair<std::string, Tensor*>> AdamW::state_slots(size_t i) {
-  State& s = state_.at(i);
-  const int64_t count = step_count(i);
-  s.saved_step = s.m.defined() ? Tensor::scalar_tensor(static_cast<double>(count), DType::f64) : Tensor();
-  return {{"step", &s.saved_step}, {"exp_avg", &s.m}, {"exp_avg_sq", &s.v}};
-}
-
-void AdamW::state_loaded() {
-  for (State& s : state_) {
-    if (!s.saved_step.defined()) continue;
-    s.step = static_cast<int64_t>(s.saved_step.item<double>());
-    if (step_.defined()) step_.fill_(static_cast<double>(s.step));
-  }
 }
 
 }  // namespace volt::nn

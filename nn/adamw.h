@@ -44,7 +44,7 @@ struct ParamGroup {
 // embeddings) decayed by weight_decay, the others (biases, norms' gains) not.
 std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, double weight_decay);
 
-class AdamW : public Optimizer {
+class AdamW : public AdamBase {
  public:
   AdamW(std::vector<Tensor> params, AdamWOptions options = {});
   AdamW(std::vector<ParamGroup> groups, AdamWOptions defaults = {});
@@ -62,11 +62,7 @@ class AdamW : public Optimizer {
   size_t group_begin(size_t group) const { return groups_.at(group).begin; }
   size_t group_size(size_t group) const { return groups_.at(group).end - groups_.at(group).begin; }
 
-  int64_t step_count(size_t i) const;
-  std::vector<Tensor> state_tensors() override;
   std::vector<RunTimeScalar> run_time_scalars() override;
-  const Tensor& exp_avg(size_t i) const { return state_.at(i).m; }
-  const Tensor& exp_avg_sq(size_t i) const { return state_.at(i).v; }
 
  private:
   struct Group {
@@ -74,20 +70,10 @@ class AdamW : public Optimizer {
     double lr = 0, weight_decay = 0;
     Tensor lr_tensor;  // 0-d f64, for a traced step (run_time_scalars)
   };
-  struct State {
-    int64_t step = 0;
-    Tensor m, v;
-    Tensor saved_step;  // the step count as a 0-d f64 tensor, for state_dict
-  };
   void check_options() const;
   void traced_step();
-  State& ready_state(size_t i);
-  std::vector<std::pair<std::string, Tensor*>> state_slots(size_t i) override;
-  void state_loaded() override;
   AdamWOptions options_;
   std::vector<Group> groups_;
-  std::vector<State> state_;
-  Tensor step_;  // 0-d f64: the step count of a traced step, the truth once made
 };
 
 }  // namespace volt::nn

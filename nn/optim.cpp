@@ -312,8 +312,9 @@ void SGD::step() {
 
 // ---- Adam ----
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions options)
-    : Optimizer(std::move(params)), options_(options), state_(params_.size()) {
+AdamBase::AdamBase(std::vector<Tensor> params) : Optimizer(std::move(params)), state_(params_.size()) {}
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options) : AdamBase(std::move(params)), options_(options) {
   VOLT_CHECK(options.lr >= 0, "Adam", "lr must be >= 0, got " << options.lr);
   VOLT_CHECK(options.beta1 >= 0 && options.beta1 < 1, "Adam",
              "beta1 must be in [0, 1), got " << options.beta1);
@@ -327,13 +328,13 @@ void Adam::set_lr(double lr) {
   options_.lr = lr;
 }
 
-int64_t Adam::step_count(size_t i) const {
+int64_t AdamBase::step_count(size_t i) const {
   const State& s = state_.at(i);
   return step_.defined() && s.m.defined() ? static_cast<int64_t>(step_.item_double()) : s.step;
 }
 
 // Parameter i's moments, made (zeros) on first use and kept on its device.
-Adam::State& Adam::ready_state(size_t i) {
+AdamBase::State& AdamBase::ready_state(size_t i) {
   const Tensor& p = params_[i];
   State& s = state_[i];
   follow_device(s.m, p);
@@ -345,7 +346,7 @@ Adam::State& Adam::ready_state(size_t i) {
   return s;
 }
 
-std::vector<Tensor> Adam::state_tensors() {
+std::vector<Tensor> AdamBase::state_tensors() {
   std::vector<Tensor> r;
   int64_t count = 0;
   for (size_t i = 0; i < params_.size(); ++i) {

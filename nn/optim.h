@@ -102,38 +102,48 @@ struct AdamOptions {
   double weight_decay = 0.0;
 };
 
+// What Adam and AdamW share: per parameter the moments m and v (zeros, made
+// on first use and kept on the parameter's device) and the step count, an
+// integer per parameter eagerly and one 0-d f64 tensor once a step was traced
+// (then the truth); checkpoints under PyTorch's names (step, exp_avg, exp_avg_sq).
+class AdamBase : public Optimizer {
+ public:
+  int64_t step_count(size_t i) const;
+  std::vector<Tensor> state_tensors() override;
+  const Tensor& exp_avg(size_t i) const { return state_.at(i).m; }
+  const Tensor& exp_avg_sq(size_t i) const { return state_.at(i).v; }
+
+ protected:
+  explicit AdamBase(std::vector<Tensor> params);
+  struct State {
+    int64_t step = 0;
+    Tensor m, v;        // first and second moments, same shape as the parameter
+    Tensor saved_step;  // the step count as a 0-d f64 tensor, for state_dict
+  };
+  State& ready_state(size_t i);
+  std::vector<std::pair<std::string, Tensor*>> state_slots(size_t i) override;
+  void state_loaded() override;
+  std::vector<State> state_;
+  Tensor step_;  // 0-d f64: the step count of a traced step (the same for every parameter)
+};
+
 // With t the step count (1 on the first step) and g += wd * p first:
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // which is lr * mhat / (sqrt(vhat) + eps), in the order PyTorch evaluates it.
-class Adam : public Optimizer {
+class Adam : public AdamBase {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options = {});
   void step() override;
   const AdamOptions& options() const { return options_; }
   double lr() const override { return options_.lr; }
   void set_lr(double lr) override;
-  int64_t step_count(size_t i) const;
-  std::vector<Tensor> state_tensors() override;
   std::vector<RunTimeScalar> run_time_scalars() override;
-  const Tensor& exp_avg(size_t i) const { return state_.at(i).m; }
-  const Tensor& exp_avg_sq(size_t i) const { return state_.at(i).v; }
 
  private:
-  struct State {
-    int64_t step = 0;
-    Tensor m, v;  // first and second moments, same shape as the parameter
-    Tensor saved_step;  // the step count as a 0-d f64 tensor, for state_dict
-  };
   void traced_step();
-  State& ready_state(size_t i);
-  std::vector<std::pair<std::string, Tensor*>> state_slots(size_t i) override;
-  void state_loaded() override;
   AdamOptions options_;
-  std::vector<State> state_;
-  // For a traced step: the step count (0-d f64, the truth once made; the
-  // same for every parameter) and the learning rate (run_time_scalars).
-  Tensor step_, lr_;
+  Tensor lr_;  // 0-d f64: the learning rate of a traced step (run_time_scalars)
 };
 
 struct AdadeltaOptions {

@@ -67,7 +67,7 @@ std::vector<std::pair<std::string, Tensor*>> SGD::state_slots(size_t i) {
   return {{"momentum_buffer", &momentum_[i]}};
 }
 
-std::vector<std::pair<std::string, Tensor*>> Adam::state_slots(size_t i) {
+std::vector<std::pair<std::string, Tensor*>> AdamBase::state_slots(size_t i) {
   State& s = state_.at(i);
   // The count as a tensor, kept in step with the integer (or the compiled step's tensor).
   const int64_t count = step_count(i);
@@ -75,7 +75,7 @@ std::vector<std::pair<std::string, Tensor*>> Adam::state_slots(size_t i) {
   return {{"step", &s.saved_step}, {"exp_avg", &s.m}, {"exp_avg_sq", &s.v}};
 }
 
-void Adam::state_loaded() {
+void AdamBase::state_loaded() {
   for (State& s : state_) {
     if (!s.saved_step.defined()) continue;
     s.step = static_cast<int64_t>(s.saved_step.item<double>());

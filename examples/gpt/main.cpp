@@ -7,6 +7,7 @@
 //   gpt --jit step                      # the whole training step compiled (volt::jit::compile_step)
 //   gpt --device lazy                   # recorded on the lazy device, one graph per step
 //   gpt --steps 200 --sample 500 --temperature 0.8 --top-k 40
+//   gpt --n-layer 2 --n-embd 64 --block-size 64   # a smaller model (nanoGPT's config names)
 //
 // AdamW (lr 1e-3, betas (0.9, 0.95), weight decay 0.1 on the 2-D weights only),
 // 100 warm-up steps then cosine to 1e-4 at the last step, gradients clipped
@@ -57,6 +58,7 @@ struct Options {
   bool jit = true;
   bool step = false;
   std::string log_json, save, prompt = "The ";
+  nn::GPTConfig model;  // vocab 256, block 128, 4 layers, 4 heads, width 128, dropout 0
 };
 
 constexpr int64_t kValBatches = 20;
@@ -77,6 +79,10 @@ Options parse_args(int argc, char** argv) {
   app.add_option("--temperature", o.temperature, "sampling temperature")->capture_default_str()->check(CLI::Range(1e-6, 1e6));
   app.add_option("--top-k", o.top_k, "sample among the k likeliest bytes (0: all)")->capture_default_str();
   app.add_option("--prompt", o.prompt, "what the sample starts from")->capture_default_str();
+  app.add_option("--n-layer", o.model.n_layer, "transformer blocks")->capture_default_str()->check(positive);
+  app.add_option("--n-head", o.model.n_head, "attention heads (n-embd must be a multiple)")->capture_default_str()->check(positive);
+  app.add_option("--n-embd", o.model.n_embd, "the model's width")->capture_default_str()->check(positive);
+  app.add_option("--block-size", o.model.block_size, "context length in bytes")->capture_default_str()->check(positive);
   app.add_option("--seed", o.seed, "seed of the model's init, the batches and the sampler")->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "where brown.txt is ($VOLT_DATA_DIR or ~/.cache/volt/brown)")->capture_default_str();
   app.add_option("--device", o.device, "cpu, cuda or lazy (default: cuda when available, else cpu)");
@@ -257,7 +263,7 @@ int main(int argc, char** argv) {
       std::cerr << "gpt: " << path << " not found: run data/fetch_brown.sh (or pass --data-dir DIR)\n";
       return 1;
     }
-    nn::GPTConfig config;  // vocab 256, block 128, 4 layers, 4 heads, width 128, dropout 0
+    const nn::GPTConfig config = o.model;
     const std::string text = data::load_text(path, config.block_size);
     data::TextWindows train_set(text, config.block_size, data::Split::train, o.seed, path);
     data::TextWindows val_set(text, config.block_size, data::Split::val, o.seed + 1000, path);

@@ -3,6 +3,8 @@
 // against the notebook's structure too.
 #include <doctest/doctest.h>
 
+#include "run_example.h"
+
 #include <cstdio>
 #include <regex>
 #include <string>
@@ -13,22 +15,9 @@
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string out;
-};
+using Run = volt::testing::ExampleRun;
 
-Run run(const std::string& args) {
-  Run r;
-  const std::string cmd = std::string(VOLT_EXAMPLES_BIN_DIR) + "/" + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Run run(const std::string& args) { return volt::testing::run_example(args); }
 
 int count(const std::string& text, const std::string& pattern) {
   std::regex re(pattern);

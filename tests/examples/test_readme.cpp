@@ -87,6 +87,6 @@ TEST_CASE("readme: the reading path's files and the linked pages exist; the page
   }
   CHECK(steps >= 1);
   CHECK_MESSAGE(steps <= 12, "the reading path has " << steps << " files; keep it within 12");
-  CHECK_MESSAGE(readme.size() <= 420, "README.md has " << readme.size()
+  CHECK_MESSAGE(readme.size() <= 400, "README.md has " << readme.size()
                                                         << " lines; move reference material to docs/");
 }
