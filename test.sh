@@ -7,6 +7,15 @@ t0=$(date +%s)
 say() { echo "volt: [$(( $(date +%s) - t0 )) s] $*"; }
 say "set-up and build"
 VOLT_NEED_BROWSER=1 ./setup.sh
+# The sanitizer build (tests/sanitize.sh) starts now, at low priority, beside
+# the checks below: it takes the CPU they leave idle.
+if [ "${VOLT_SANITIZE:-1}" != 0 ]; then
+  asan_log=$(mktemp)
+  setsid nice -n 15 tests/sanitize.sh --build-only >"$asan_log" 2>&1 &
+  asan_build=$!
+  # A failing check below ends this script: the build goes with it.
+  trap 'kill -- -"$asan_build" 2>/dev/null || true' EXIT
+fi
 say "the test suite"
 ./build/tests/volt_tests "$@"
 say "the package checks"
@@ -49,7 +58,10 @@ fi
 # The whole suite again under AddressSanitizer and UndefinedBehaviorSanitizer
 # (tests/sanitize.sh, its own build-asan folder); VOLT_SANITIZE=0 skips it.
 if [ "${VOLT_SANITIZE:-1}" != 0 ]; then
-  say "the sanitizer pass"
+  say "the sanitizer pass (waiting for its build)"
+  wait "$asan_build" || { cat "$asan_log" >&2; exit 1; }
+  tail -1 "$asan_log"
+  rm -f "$asan_log"
   tests/sanitize.sh
 fi
 say "all passed"

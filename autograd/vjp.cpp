@@ -37,7 +37,6 @@ std::vector<Tensor> unary_vjp(const OpCall& c, const Tensor& g) {
     case OpId::exp: return {mul(g, exp(arg(c, 0)))};
     case OpId::log: return {div(g, arg(c, 0))};
     case OpId::sqrt: return {div(g, mul(sqrt(arg(c, 0)), 2.0))};
-    case OpId::rsqrt: return {mul(g, mul(pow(arg(c, 0), -1.5), -0.5))};
     case OpId::tanh: {
       Tensor t = tanh(arg(c, 0));
       return {mul(g, sub(1.0, mul(t, t)))};
@@ -46,7 +45,6 @@ std::vector<Tensor> unary_vjp(const OpCall& c, const Tensor& g) {
       Tensor s = sigmoid(arg(c, 0));
       return {mul(g, mul(s, sub(1.0, s)))};
     }
-    case OpId::reciprocal: return {neg(div(g, mul(arg(c, 0), arg(c, 0))))};
     // d erf(a)/da = 2/sqrt(pi) exp(-a^2)
     case OpId::erf: return {mul(g, mul(exp(neg(mul(arg(c, 0), arg(c, 0)))), 1.1283791670955126))};
     default:

@@ -22,11 +22,14 @@
 // do in eager mode.
 #pragma once
 #include <atomic>
+#include <concepts>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <volt/jit/executor.h>
@@ -76,7 +79,14 @@ class JitFunction {
   JitFunction transformed(CallTransform t) const;
 
   std::vector<Tensor> operator()(const std::vector<Tensor>& args);
-  Tensor operator()(const Tensor& x) { return (*this)(std::vector<Tensor>{x}).at(0); }
+  // One tensor in, the first output out: f(x). A template, so that braces,
+  // f({x}), always mean the overload above (the inputs in a vector) and never
+  // a Tensor copied from {x}, whose [0] would be a row of the output.
+  template <class T>
+    requires std::same_as<std::remove_cvref_t<T>, Tensor>
+  Tensor operator()(T&& x) {
+    return (*this)(std::vector<Tensor>{std::forward<T>(x)}).at(0);
+  }
   // A vjp transform's call (see vjp() below): primals, then one cotangent per output.
   std::vector<Tensor> operator()(const std::vector<Tensor>& primals, const std::vector<Tensor>& cotangents);
 

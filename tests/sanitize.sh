@@ -5,10 +5,13 @@
 # test.sh calls this after the ordinary run; VOLT_SANITIZE=0 skips it.
 #
 #   tests/sanitize.sh                 # build and run everything
+#   tests/sanitize.sh --build-only    # only the build (test.sh starts it early, at low priority)
 #   tests/sanitize.sh -tc='inplace*'  # doctest filters go to the ordinary run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
+build_only=0
+if [ "${1:-}" = --build-only ]; then build_only=1; shift; fi
 
 flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g1"
 if [ ! -f build-asan/CMakeCache.txt ]; then
@@ -20,6 +23,7 @@ if [ ! -f build-asan/CMakeCache.txt ]; then
 fi
 # Only what the tests run: the examples and the benchmark are left out.
 cmake --build build-asan -j "$(nproc 2>/dev/null || echo 2)" --target volt_tests
+if ((build_only)); then echo "volt: build-asan built in $(( $(date +%s) - start )) s"; exit 0; fi
 
 # allocator_may_return_null: a huge request fails as it does without ASan (an
 # "out of memory" volt::Error), which the tests check, instead of aborting.

@@ -114,7 +114,8 @@ class JsonLog {
 
 struct Curves {
   std::vector<std::pair<double, double>> loss;      // (step, training loss)
-  std::vector<std::pair<double, double>> accuracy;  // (epoch, test accuracy in %)
+  std::vector<std::pair<double, double>> accuracy;  // (epoch, test accuracy in %), or what the titles say
+  std::string second_title = "test accuracy (%)", second_xlabel = "epoch";  // the right panel's
 };
 
 namespace detail {
@@ -162,14 +163,15 @@ inline void svg_panel(std::ostream& os, double x0, double y0, double w, double h
 }
 }  // namespace detail
 
-// Two panels side by side: training loss by step, test accuracy by epoch.
+// Two panels side by side: training loss by step, and test accuracy by epoch
+// (or the series the titles name: a GPT's validation loss by step).
 inline void write_svg(const Curves& c, const std::string& path) {
   std::ofstream os(path);
   if (!os) throw std::runtime_error("--plot: cannot write " + path);
   os << "<svg xmlns='http://www.w3.org/2000/svg' width='900' height='360' font-family='sans-serif'>\n"
      << "<rect width='900' height='360' fill='white'/>\n";
   detail::svg_panel(os, 70, 40, 340, 250, "training loss", "step", c.loss, "#1f77b4");
-  detail::svg_panel(os, 530, 40, 340, 250, "test accuracy (%)", "epoch", c.accuracy, "#d62728");
+  detail::svg_panel(os, 530, 40, 340, 250, c.second_title, c.second_xlabel, c.accuracy, "#d62728");
   os << "</svg>\n";
 }
 

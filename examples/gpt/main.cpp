@@ -8,6 +8,7 @@
 //   gpt --device lazy                   # recorded on the lazy device, one graph per step
 //   gpt --steps 200 --sample 500 --temperature 0.8 --top-k 40
 //   gpt --n-layer 2 --n-embd 64 --block-size 64   # a smaller model (nanoGPT's config names)
+//   gpt --log-json run.jsonl --plot curves.svg --save ckpt   # what a run leaves behind
 //
 // AdamW (lr 1e-3, betas (0.9, 0.95), weight decay 0.1 on the 2-D weights only),
 // 100 warm-up steps then cosine to 1e-4 at the last step, gradients clipped
@@ -57,7 +58,7 @@ struct Options {
   std::string device;  // empty: cuda when available, else cpu
   bool jit = true;
   bool step = false;
-  std::string log_json, save, prompt = "The ";
+  std::string log_json, plot, save, prompt = "The ";
   nn::GPTConfig model;  // vocab 256, block 128, 4 layers, 4 heads, width 128, dropout 0
 };
 
@@ -92,6 +93,7 @@ Options parse_args(int argc, char** argv) {
   bool eager = false;
   app.add_flag("--eager", eager, "run the model eagerly");
   app.add_option("--log-json", o.log_json, "write one JSON object per evaluation to FILE");
+  app.add_option("--plot", o.plot, "draw the training and validation loss curves into FILE.svg");
   app.add_option("--save", o.save, "save the model as DIR/model.safetensors (nanoGPT's names) at the end");
   try {
     app.parse(argc, argv);
@@ -206,12 +208,13 @@ struct Trainer {
 
 // Trains o.steps steps; returns false when the loss stopped being finite.
 bool train(Trainer& t, data::TextWindows& train_set, const std::vector<data::TextBatch>& val, const LossFn& eval_loss,
-           examples::JsonLog& log) {
+           examples::JsonLog& log, examples::Curves& curves) {
   const Options& o = t.o;
   const double tokens_per_step = double(o.batch_size * t.gpt.config().block_size);
   double v = val_loss(t.gpt, eval_loss, val, t.device);
   std::printf("step 0: val loss %.4f\n", v);
   log.write({{"step", 0}, {"val_loss", v}});
+  curves.accuracy.push_back({0.0, v});
   auto t0 = Clock::now();
   int64_t since = 0;
   double train_seconds = 0;
@@ -232,6 +235,8 @@ bool train(Trainer& t, data::TextWindows& train_set, const std::vector<data::Tex
                 t.opt.lr(), rate);
     std::fflush(stdout);
     log.write({{"step", i}, {"loss", train_loss}, {"val_loss", v}, {"lr", t.opt.lr()}, {"tokens_per_s", rate}});
+    curves.loss.push_back({double(i), train_loss});
+    curves.accuracy.push_back({double(i), v});
     since = 0;
     t0 = Clock::now();
   }
@@ -289,7 +294,14 @@ int main(int argc, char** argv) {
     if (!o.log_json.empty()) log = examples::JsonLog(o.log_json);
     // The compiled step traces the eager model itself; evaluation uses the module jit.
     Trainer trainer(o, *gpt, device, o.step ? eager_loss : loss_of);
-    const bool finished = train(trainer, train_set, val, loss_of, log);
+    examples::Curves curves;
+    curves.second_title = "validation loss";
+    curves.second_xlabel = "step";
+    const bool finished = train(trainer, train_set, val, loss_of, log, curves);
+    if (!o.plot.empty()) {
+      examples::write_svg(curves, o.plot);
+      std::printf("curves: %s\n", o.plot.c_str());
+    }
     if (trainer.compiled)
       std::printf("jit: the training step compiled %lld time(s) in %.1f ms, %lld cache hits, arena %.1f MB\n",
                   (long long)trainer.compiled->compiles(), trainer.compiled->last_compile_ms(),

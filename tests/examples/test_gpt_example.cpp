@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include <volt/nn/serialize.h>
@@ -39,7 +40,8 @@ TEST_CASE("examples: gpt trains a few steps in each mode and samples from the pr
                              "--block-size 32 ";
   for (const std::string mode : {"--device cpu --eager", "--device cpu --jit module", "--device cpu --jit step", "--device lazy"}) {
     CAPTURE(mode);
-    Run r = run(common + mode + (mode.find("step") != std::string::npos ? " --save " + (dir / "ckpt").string() : ""));
+    const bool step = mode.find("step") != std::string::npos;
+    Run r = run(common + mode + (step ? " --save " + (dir / "ckpt").string() + " --plot " + (dir / "curves.svg").string() : ""));
     INFO(r.out);
     CHECK(r.status == 0);
     CHECK(r.out.find("(lm_head): Linear(in_features=48, out_features=256, bias=False)") != std::string::npos);
@@ -51,6 +53,14 @@ TEST_CASE("examples: gpt trains a few steps in each mode and samples from the pr
     const bool traced = mode.find("--jit") != std::string::npos;
     CHECK((r.out.find("a transformer block's forward") != std::string::npos) == traced);
   }
+  // --plot: both panels, a polyline each (train loss at steps 2 and 3; val loss at 0, 2 and 3).
+  std::ifstream svg(dir / "curves.svg");
+  const std::string drawn((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  CHECK(drawn.find("validation loss") != std::string::npos);
+  CHECK(drawn.find("training loss") != std::string::npos);
+  size_t lines = 0;
+  for (size_t at = drawn.find("<polyline"); at != std::string::npos; at = drawn.find("<polyline", at + 1)) ++lines;
+  CHECK(lines == 2);
   auto saved = volt::nn::load_tensors((dir / "ckpt" / "model.safetensors").string());
   bool head = false;
   for (auto& [n, t] : saved) head = head || n == "lm_head.weight";

@@ -63,6 +63,20 @@ TEST_CASE("jit of a function matches eager and caches by metadata") {
   CHECK(sources[0].find("out_t2[i] = t2;") != std::string::npos);
 }
 
+TEST_CASE("a one-input function called as f({x}) takes x as its one input, as f(x) does") {
+  auto f = jit::jit([](const std::vector<Tensor>& x) { return std::vector<Tensor>{mul(x[0], 2.0), exp(x[0])}; },
+                    {"x"});
+  manual_seed(4);
+  Tensor x = Tensor::randn({3, 5});
+  const std::vector<Tensor> both = f({x});  // the inputs in a vector: both outputs
+  REQUIRE(both.size() == 2);
+  CHECK(both[0].sizes() == Shape{3, 5});
+  CHECK(max_rel_diff(f({x})[0], f(x)) == 0);  // [0]: the first output, not its first row
+  CHECK(max_rel_diff(both[1], exp(x)) < 1e-6);
+  const Tensor& cx = x;
+  CHECK(max_rel_diff(f(cx), mul(x, 2.0)) == 0);
+}
+
 TEST_CASE("the CSE pass merges repeated work and the DCE pass drops unused work") {
   auto fn = [](const std::vector<Tensor>& x) {
     Tensor unused = tanh(x[0]);

@@ -197,7 +197,7 @@ TEST_CASE("GEMM kernels: every instruction set this CPU has, 1-4 threads, the sa
   KernelScope scope;
   const std::vector<cpu::Isa> isas = machine_isas();
   CHECK(isas.front() == cpu::Isa::generic);
-  MESSAGE("instruction sets tested: " << isas.size() << " (best: " << cpu::isa_name(isas.back()) << ")");
+  MESSAGE("instruction sets tested: " << isas.size() << " (best: " << std::string(cpu::isa_name(isas.back())) << ")");
   struct Case {
     int64_t m, k, n;
   };
