@@ -5,11 +5,14 @@
 #include <type_traits>
 
 #include <volt/nn/optim.h>
+#include <volt/nn/optim_detail.h>
 #include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/dispatch.h>
 #include <volt/tensor/ops.h>
 
 namespace volt::nn {
+
+using detail::check_non_negative;
 
 namespace {
 
@@ -44,14 +47,14 @@ Tensor grad_for(const Tensor& p) {
 
 Adadelta::Adadelta(std::vector<Tensor> params, AdadeltaOptions options)
     : Optimizer(std::move(params)), options_(options), state_(params_.size()) {
-  VOLT_CHECK(options.lr >= 0, "Adadelta", "lr must be >= 0, got " << options.lr);
+  check_non_negative(options.lr, "Adadelta", "lr");
   VOLT_CHECK(options.rho >= 0 && options.rho <= 1, "Adadelta", "rho must be in [0, 1], got " << options.rho);
-  VOLT_CHECK(options.eps >= 0, "Adadelta", "eps must be >= 0, got " << options.eps);
-  VOLT_CHECK(options.weight_decay >= 0, "Adadelta", "weight_decay must be >= 0, got " << options.weight_decay);
+  check_non_negative(options.eps, "Adadelta", "eps");
+  check_non_negative(options.weight_decay, "Adadelta", "weight_decay");
 }
 
 void Adadelta::set_lr(double lr) {
-  VOLT_CHECK(lr >= 0, "Adadelta", "lr must be >= 0, got " << lr);
+  check_non_negative(lr, "Adadelta", "lr");
   options_.lr = lr;
 }
 

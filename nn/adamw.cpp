@@ -62,17 +62,17 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions defaults)
 
 void AdamW::check_options() const {
   const auto& o = options_;
-  VOLT_CHECK(o.lr >= 0, "AdamW", "lr must be >= 0, got " << o.lr);
+  check_non_negative(o.lr, "AdamW", "lr");
   VOLT_CHECK(o.beta1 >= 0 && o.beta1 < 1, "AdamW", "beta1 must be in [0, 1), got " << o.beta1);
   VOLT_CHECK(o.beta2 >= 0 && o.beta2 < 1, "AdamW", "beta2 must be in [0, 1), got " << o.beta2);
-  VOLT_CHECK(o.eps >= 0, "AdamW", "eps must be >= 0, got " << o.eps);
-  VOLT_CHECK(o.weight_decay >= 0, "AdamW", "weight_decay must be >= 0, got " << o.weight_decay);
+  check_non_negative(o.eps, "AdamW", "eps");
+  check_non_negative(o.weight_decay, "AdamW", "weight_decay");
 }
 
 double AdamW::lr() const { return groups_.empty() ? options_.lr : groups_[0].lr; }
 
 void AdamW::set_lr(double lr) {
-  VOLT_CHECK(lr >= 0, "AdamW", "lr must be >= 0, got " << lr);
+  check_non_negative(lr, "AdamW", "lr");
   options_.lr = lr;
   for (Group& g : groups_) g.lr = lr;
 }
@@ -80,7 +80,7 @@ void AdamW::set_lr(double lr) {
 void AdamW::set_group_lr(size_t group, double lr) {
   VOLT_CHECK(group < groups_.size(), "AdamW",
              "group " << group << " is out of range for an optimizer of " << groups_.size() << " groups");
-  VOLT_CHECK(lr >= 0, "AdamW", "lr must be >= 0, got " << lr);
+  check_non_negative(lr, "AdamW", "lr");
   groups_[group].lr = lr;
 }
 

@@ -2,16 +2,24 @@
 
 #include <cmath>
 
+#include <volt/nn/optim_detail.h>
+
 namespace volt::nn {
 
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
     : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
   VOLT_CHECK(step_size > 0, "StepLR", "step_size must be positive, got " << step_size);
+  VOLT_CHECK(std::isfinite(gamma) && gamma > 0, "StepLR", "gamma must be > 0 and finite, got " << gamma);
+}
+
+ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma) : LRScheduler(optimizer), gamma_(gamma) {
+  VOLT_CHECK(std::isfinite(gamma) && gamma > 0, "ExponentialLR", "gamma must be > 0 and finite, got " << gamma);
 }
 
 CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min)
     : LRScheduler(optimizer), t_max_(t_max), eta_min_(eta_min) {
   VOLT_CHECK(t_max > 0, "CosineAnnealingLR", "T_max must be positive, got " << t_max);
+  detail::check_non_negative(eta_min, "CosineAnnealingLR", "eta_min");
 }
 
 double CosineAnnealingLR::next_lr(double, int64_t epoch) const {

@@ -57,7 +57,7 @@ class StepLR : public LRScheduler {
 // lr is multiplied by gamma every epoch.
 class ExponentialLR : public LRScheduler {
  public:
-  ExponentialLR(Optimizer& optimizer, double gamma) : LRScheduler(optimizer), gamma_(gamma) {}
+  ExponentialLR(Optimizer& optimizer, double gamma);
 
  protected:
   double next_lr(double current, int64_t) const override { return current * gamma_; }

@@ -50,6 +50,10 @@ bool traced(const std::vector<Tensor>& params) {
 
 Tensor scalar_f64(double v, const Tensor& like) { return Tensor::full({}, v, DType::f64, like.device()); }
 
+void check_non_negative(double v, const char* who, const char* what) {
+  VOLT_CHECK(std::isfinite(v) && v >= 0, who, what << " must be >= 0 and finite, got " << v);
+}
+
 void follow_device(Tensor& state, const Tensor& p) {
   if (state.defined() && state.device() != p.device()) state = state.to(p.device());
 }
@@ -208,12 +212,13 @@ void Optimizer::zero_grad() {
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
     : Optimizer(std::move(params)), options_(options), momentum_(params_.size()) {
-  VOLT_CHECK(options.lr >= 0, "SGD", "lr must be >= 0, got " << options.lr);
-  VOLT_CHECK(options.momentum >= 0, "SGD", "momentum must be >= 0, got " << options.momentum);
+  check_non_negative(options.lr, "SGD", "lr");
+  check_non_negative(options.momentum, "SGD", "momentum");
+  check_non_negative(options.weight_decay, "SGD", "weight_decay");
 }
 
 void SGD::set_lr(double lr) {
-  VOLT_CHECK(lr >= 0, "SGD", "lr must be >= 0, got " << lr);
+  check_non_negative(lr, "SGD", "lr");
   options_.lr = lr;
 }
 
@@ -315,16 +320,17 @@ void SGD::step() {
 AdamBase::AdamBase(std::vector<Tensor> params) : Optimizer(std::move(params)), state_(params_.size()) {}
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions options) : AdamBase(std::move(params)), options_(options) {
-  VOLT_CHECK(options.lr >= 0, "Adam", "lr must be >= 0, got " << options.lr);
+  check_non_negative(options.lr, "Adam", "lr");
   VOLT_CHECK(options.beta1 >= 0 && options.beta1 < 1, "Adam",
              "beta1 must be in [0, 1), got " << options.beta1);
   VOLT_CHECK(options.beta2 >= 0 && options.beta2 < 1, "Adam",
              "beta2 must be in [0, 1), got " << options.beta2);
-  VOLT_CHECK(options.eps >= 0, "Adam", "eps must be >= 0, got " << options.eps);
+  check_non_negative(options.eps, "Adam", "eps");
+  check_non_negative(options.weight_decay, "Adam", "weight_decay");
 }
 
 void Adam::set_lr(double lr) {
-  VOLT_CHECK(lr >= 0, "Adam", "lr must be >= 0, got " << lr);
+  check_non_negative(lr, "Adam", "lr");
   options_.lr = lr;
 }
 

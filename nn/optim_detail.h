@@ -19,6 +19,9 @@ Tensor grad_like(const Tensor& p);
 bool traced(const std::vector<Tensor>& params);
 // A 0-d f64 tensor on like's device.
 Tensor scalar_f64(double v, const Tensor& like);
+// An optimizer's or a schedule's rate, decay or epsilon: finite and >= 0
+// (an infinite or NaN one would make every weight NaN a step later).
+void check_non_negative(double v, const char* who, const char* what);
 // State made before a module moved follows its parameter.
 void follow_device(Tensor& state, const Tensor& p);
 

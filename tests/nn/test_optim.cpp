@@ -3,8 +3,10 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
 
 #include <volt/nn/linear.h>
+#include <volt/nn/lr_scheduler.h>
 #include <volt/nn/optim.h>
 
 using namespace volt;
@@ -173,4 +175,20 @@ TEST_CASE("optimizer options are checked") {
                        volt::Error);
   CHECK_THROWS_WITH_AS(nn::SGD({Tensor()}, {.lr = 1.0}), doctest::Contains("undefined"),
                        volt::Error);
+  // Infinite, NaN and negative rates, decays and factors, where PyTorch takes some of them silently.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH_AS(nn::Adam({p}, {.weight_decay = -1.0}), doctest::Contains("Adam: weight_decay must be >= 0"),
+                       volt::Error);
+  CHECK_THROWS_WITH_AS(nn::Adadelta({p}, {.lr = inf}), doctest::Contains("Adadelta: lr must be >= 0 and finite, got inf"),
+                       volt::Error);
+  CHECK_THROWS_WITH_AS(nn::SGD({p}, {.lr = 0.1, .weight_decay = -0.5}), doctest::Contains("SGD: weight_decay"), volt::Error);
+  nn::SGD sgd({p}, {.lr = 0.1});
+  CHECK_THROWS_WITH_AS(sgd.set_lr(nan), doctest::Contains("SGD: lr must be >= 0 and finite"), volt::Error);
+  CHECK(sgd.lr() == 0.1);
+  CHECK_THROWS_WITH_AS(nn::ExponentialLR(sgd, inf), doctest::Contains("ExponentialLR: gamma"), volt::Error);
+  CHECK_THROWS_WITH_AS(nn::StepLR(sgd, 2, -0.5), doctest::Contains("StepLR: gamma must be > 0"), volt::Error);
+  CHECK_THROWS_WITH_AS(nn::CosineAnnealingLR(sgd, 10, -1.0), doctest::Contains("CosineAnnealingLR: eta_min"),
+                       volt::Error);
+  CHECK_NOTHROW(nn::ExponentialLR(sgd, 0.9));
+  CHECK_NOTHROW(nn::CosineAnnealingLR(sgd, 10, 0.0));
 }
