@@ -6,14 +6,22 @@
 
 namespace volt::nn {
 
+namespace {
+// A schedule's factor: > 0 and finite (0, a negative or an infinite one would
+// make the learning rate 0, negative or NaN).
+void check_gamma(double gamma, const char* who) {
+  VOLT_CHECK(std::isfinite(gamma) && gamma > 0, who, "gamma must be > 0 and finite, got " << gamma);
+}
+}  // namespace
+
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
     : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
   VOLT_CHECK(step_size > 0, "StepLR", "step_size must be positive, got " << step_size);
-  VOLT_CHECK(std::isfinite(gamma) && gamma > 0, "StepLR", "gamma must be > 0 and finite, got " << gamma);
+  check_gamma(gamma, "StepLR");
 }
 
 ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma) : LRScheduler(optimizer), gamma_(gamma) {
-  VOLT_CHECK(std::isfinite(gamma) && gamma > 0, "ExponentialLR", "gamma must be > 0 and finite, got " << gamma);
+  check_gamma(gamma, "ExponentialLR");
 }
 
 CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min)
