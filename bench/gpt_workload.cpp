@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "workload.h"
+#include <volt/jit/codegen.h>
 #include <volt/jit/jit.h>
 #include <volt/jit/lazy/lazy.h>
 #include <volt/jit/step/step.h>
@@ -59,6 +60,26 @@ std::vector<Batch> synthetic_windows(int64_t batch, int64_t block, Device device
   return out;
 }
 
+// What a trace that runs launches: its fused regions (row regions among
+// them), and every other op that is not a view (GEMMs, copies, eager prims).
+struct KernelCount {
+  int regions = 0, row_regions = 0, others = 0;
+  void add(const jit::Trace& t) {
+    for (const jit::BoundSymbol& b : t.bsyms) {
+      if (b.is_fusion()) {
+        ++regions;
+        row_regions += jit::is_row_region(b) ? 1 : 0;
+      } else if (b.call.op == OpId::custom || op_info(b.call.op).kind != OpKind::View) {
+        ++others;
+      }
+    }
+  }
+  void print(const std::string& mode) const {
+    std::fprintf(stderr, "volt_bench: gpt %s: %d kernels per step: %d fused regions (%d row regions), %d other ops\n",
+                 mode.c_str(), regions + others, regions, row_regions, others);
+  }
+};
+
 Cell run_cell(const std::string& mode, const std::string& device_name, const Options& o) {
   manual_seed(1);
   auto gpt = std::make_shared<nn::GPT>(nn::GPTConfig{});
@@ -75,6 +96,7 @@ Cell run_cell(const std::string& mode, const std::string& device_name, const Opt
   std::function<Tensor(const Tensor&, const Tensor&)> loss_of = [gpt](const Tensor& x, const Tensor& y) {
     return gpt->forward(x, y).loss;
   };
+  std::shared_ptr<jit::JitFunction> f;
   if (mode == "jit") {
     std::vector<Tensor> params;
     std::vector<std::string> names;
@@ -82,7 +104,7 @@ Cell run_cell(const std::string& mode, const std::string& device_name, const Opt
       params.push_back(p);
       names.push_back(jit::proxy_name_for(n));
     }
-    auto f = std::make_shared<jit::JitFunction>(
+    f = std::make_shared<jit::JitFunction>(
         [gpt](const std::vector<Tensor>& in) { return std::vector<Tensor>{gpt->forward(in[0], in[1]).loss}; },
         std::vector<std::string>{"idx", "targets"}, params, names, [gpt] { return gpt->is_training(); });
     loss_of = [f](const Tensor& x, const Tensor& y) { return (*f)({x, y}).at(0); };
@@ -110,6 +132,13 @@ Cell run_cell(const std::string& mode, const std::string& device_name, const Opt
   };
   train_step();  // the first step compiles (jit, step, lazy)
   if (mode == "step") train_step();  // the second captures the CUDA graph
+  if (!o.json && (f || compiled)) {
+    KernelCount count;
+    if (f) count.add(f->last_traces().back());
+    if (f) count.add(f->last_backward_traces().back());
+    if (compiled) count.add(compiled->last_traces().back());
+    count.print(mode);
+  }
   return {mode, device_name, o.batch, block, bench::time_steps(train_step, o.steps, o.warmup)};
 }
 

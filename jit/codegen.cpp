@@ -7,6 +7,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include <volt/jit/codegen_detail.h>
 #include <volt/jit/kernel_cache.h>
 #include <volt/math_functions_source.h>
 #include <volt/philox_source.h>
@@ -15,7 +16,7 @@
 
 namespace volt::jit {
 
-namespace {
+namespace detail {
 
 std::string literal(const Scalar& s, DType t) {
   std::string c = dtype_c_type(t);
@@ -29,8 +30,8 @@ std::string literal(const Scalar& s, DType t) {
 }
 
 // Index of element i of the region's shape in a (broadcast) input of shape `in`.
-std::string index_expr(const Shape& in, const Shape& out) {
-  if (in == out) return "i";
+std::string index_expr(const Shape& in, const Shape& out, const std::string& var) {
+  if (in == out) return var;
   if (shape_numel(in) == 1) return "0";
   Shape padded(out.size() - in.size(), 1);
   padded.insert(padded.end(), in.begin(), in.end());
@@ -39,15 +40,14 @@ std::string index_expr(const Shape& in, const Shape& out) {
   for (size_t d = 0; d < out.size(); ++d) {
     if (padded[d] == 1) continue;
     if (!r.empty()) r += " + ";
-    r += "((i / " + std::to_string(ost[d]) + "LL) % " + std::to_string(out[d]) + "LL) * " +
+    r += "((" + var + " / " + std::to_string(ost[d]) + "LL) % " + std::to_string(out[d]) + "LL) * " +
          std::to_string(ist[d]) + "LL";
   }
   return r.empty() ? "0" : r;
 }
 
 // The C expression one prim computes, from the op table's row.
-std::string prim_expr(const OpCall& c, DType result, const std::function<std::string(const Tensor&)>& name,
-                      unsigned long long rng_shift) {
+std::string prim_expr(const OpCall& c, DType result, const NameFn& name, unsigned long long rng_shift) {
   if (c.op == OpId::uniform) {
     const bool f32 = c.attrs.dtype == DType::f32;
     return std::string(f32 ? "volt_uniform_range_f32" : "volt_uniform_range_f64") + "(rng_seed, rng_offset + " +
@@ -76,33 +76,45 @@ std::string prim_expr(const OpCall& c, DType result, const std::function<std::st
   return fill_op_expr(op_info(c.op).expr, ops, dtype_c_type(result));
 }
 
+std::string memory_type(DType t) { return t == DType::b8 ? std::string("unsigned char") : std::string(dtype_c_type(t)); }
+std::string local_type(DType t) { return t == DType::b8 ? std::string("int") : std::string(dtype_c_type(t)); }
+
+void emit_pointers(std::ostream& os, const BoundSymbol& f, const NameFn& name) {
+  size_t k = 0;
+  for (const Tensor& in : f.fusion_inputs)
+    os << "  const " << memory_type(in.dtype()) << "* in_" << name(in) << " = (const " << memory_type(in.dtype())
+       << "*)args[" << k++ << "];\n";
+  for (const Tensor& o : f.outputs)
+    os << "  " << memory_type(o.dtype()) << "* out_" << name(o) << " = (" << memory_type(o.dtype()) << "*)args["
+       << k++ << "];\n";
+}
+
+}  // namespace detail
+
+namespace {
+
+using namespace detail;
+
 // The kernel function of region `f`, its values named by `name`, its Philox
 // counters less `rng_shift`.
-std::string render(const BoundSymbol& f, const std::string& kernel_name,
-                   const std::function<std::string(const Tensor&)>& name, unsigned long long rng_shift) {
+std::string render(const BoundSymbol& f, const std::string& kernel_name, const NameFn& name,
+                   unsigned long long rng_shift) {
+  if (is_row_region(f)) return render_rows(f, kernel_name, name, rng_shift);
   const Shape& shape = f.subsymbols.front().outputs.front().sizes();
   std::ostringstream os;
   os << "VOLT_KERNEL(" << kernel_name << ") {\n";
   // Booleans are read and written as bytes (0 or 1) and held in the loop as
   // ints: GCC leaves a loop that loads, holds or stores a `bool` unvectorised
   // ("no vectype"), Philox draws and all.
-  auto memory = [](DType t) { return t == DType::b8 ? std::string("unsigned char") : std::string(dtype_c_type(t)); };
-  auto local = [](DType t) { return t == DType::b8 ? std::string("int") : std::string(dtype_c_type(t)); };
-  size_t k = 0;
-  for (const Tensor& in : f.fusion_inputs)
-    os << "  const " << memory(in.dtype()) << "* in_" << name(in) << " = (const " << memory(in.dtype())
-       << "*)args[" << k++ << "];\n";
-  for (const Tensor& o : f.outputs)
-    os << "  " << memory(o.dtype()) << "* out_" << name(o) << " = (" << memory(o.dtype()) << "*)args["
-       << k++ << "];\n";
+  emit_pointers(os, f, name);
   os << "  VOLT_LOOP(i, n) {\n";
   for (const Tensor& in : f.fusion_inputs)
-    os << "    const " << local(in.dtype()) << " " << name(in) << " = in_" << name(in) << "["
+    os << "    const " << local_type(in.dtype()) << " " << name(in) << " = in_" << name(in) << "["
        << index_expr(in.sizes(), shape) << "];\n";
   for (const BoundSymbol& p : f.subsymbols) {
     const Tensor& out = p.outputs[0];
     const std::string rt = dtype_c_type(out.dtype());
-    os << "    const " << local(out.dtype()) << " " << name(out) << " = (" << rt << ")"
+    os << "    const " << local_type(out.dtype()) << " " << name(out) << " = (" << rt << ")"
        << prim_expr(p.call, out.dtype(), name, rng_shift) << ";\n";
   }
   for (const Tensor& o : f.outputs) os << "    out_" << name(o) << "[i] = " << name(o) << ";\n";
@@ -149,7 +161,8 @@ struct volt_args {
 void run_host_kernel(const FusedKernel& kernel, long long n, void* const* args, unsigned long long rng_seed,
                      unsigned long long rng_offset) {
   // Below 64 Ki elements a second thread costs more than it saves.
-  cpu::parallel_for(n, 32768, [&](int64_t begin, int64_t end) { kernel.fn(begin, end, args, rng_seed, rng_offset); });
+  const int64_t grain = kernel.row_len > 0 ? std::max<int64_t>(1, 32768 / kernel.row_len) : 32768;
+  cpu::parallel_for(n, grain, [&](int64_t begin, int64_t end) { kernel.fn(begin, end, args, rng_seed, rng_offset); });
 }
 
 std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& f, const ProxyNames& names) {
@@ -165,6 +178,17 @@ std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& f, const ProxyNa
       base = std::min<unsigned long long>(base, p.call.attrs.offset);
     }
   k->rng_base = draws ? base : 0;
+  if (is_row_region(f)) {
+    for (const BoundSymbol& p : f.subsymbols)
+      if (is_row_reduction(p)) {
+        const Tensor& in = p.call.args[0].tensor;
+        k->row_len = in.sizes().back();
+        k->extent = in.numel() / std::max<int64_t>(1, k->row_len);
+        break;
+      }
+  } else {
+    k->extent = static_cast<long long>(f.subsymbols.front().outputs.front().numel());
+  }
 
   // Canonical names: v0, v1, ... in the order the region defines its values.
   std::unordered_map<int64_t, std::string> canon;
@@ -180,20 +204,23 @@ std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& f, const ProxyNa
   k->body = render(f, k->symbol, canonical, k->rng_base);
 
   auto readable = [&](const Tensor& t) { return names.name(t); };
-  k->source = "// " + f.fusion_name + ": " + shape_str(f.subsymbols.front().outputs.front().sizes()) +
+  const std::string extent = k->row_len > 0 ? std::to_string(k->extent) + " rows of " + std::to_string(k->row_len)
+                                             : shape_str(f.subsymbols.front().outputs.front().sizes());
+  k->source = "// " + f.fusion_name + ": " + extent +
               " (compiled as " + k->symbol + ")\n" + render(f, f.fusion_name, readable, 0);
   return k;
 }
 
 std::string host_source(const std::vector<const FusedKernel*>& kernels) {
-  std::string s = "#include <cmath>\n" + std::string(kMathFunctionsSource) + kHostPrelude + kPhiloxSource + "\n";
+  std::string s = "#include <cmath>\n" + std::string(kMathFunctionsSource) + kHostPrelude + host_row_prelude() +
+                  kPhiloxSource + "\n";
   for (const FusedKernel* k : kernels) s += k->body + "\n";
   return s;
 }
 
 const std::string& cuda_prelude() {
   static const std::string p = "#define VOLT_MAX_ARGS " + std::to_string(kMaxKernelArgs) + "\n" + kCudaPrelude +
-                               kPhiloxSource + "\n";
+                               cuda_row_prelude() + kPhiloxSource + "\n";
   return p;
 }
 

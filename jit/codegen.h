@@ -49,13 +49,24 @@ struct FusedKernel {
   std::string source;      // the readable rendering, with the trace's names
   unsigned long long rng_base = 0;  // the region's first Philox counter, added at launch
   long long args = 0;      // inputs + outputs
+  long long extent = 0;    // what a launch covers: elements, or the rows of a row kernel
+  long long row_len = 0;   // a row kernel's row length (jit/codegen_rows.cpp); 0 for an elementwise one
   KernelFn fn = nullptr;   // CPU: the loaded function
   void* device_fn = nullptr;  // CUDA: the loaded kernel (cudaKernel_t)
 };
 
-// Runs a loaded host kernel over its n elements.
+// Runs a loaded host kernel over its n elements (the rows of a row kernel).
 void run_host_kernel(const FusedKernel& kernel, long long n, void* const* args, unsigned long long rng_seed,
                      unsigned long long rng_offset);
+
+// A row region: prims over one shape S whose innermost dim is the row, with
+// reductions (sum, amax, amin) over that dim and the elementwise prims
+// before and after them.  Its kernel walks each row in passes, one per
+// dependent reduction (jit/codegen_rows.cpp); a CUDA block takes a row.
+bool is_row_reduction(const BoundSymbol& prim);
+bool is_row_region(const BoundSymbol& region);
+// The threads per block a CUDA row kernel is launched with, for its row length.
+unsigned row_kernel_threads(long long row_len);
 
 // Generates the kernel of a fusion region (fusion_inputs, subsymbols, outputs).
 std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& region, const ProxyNames& names);

@@ -187,6 +187,8 @@ const OperatorExecutor::GradTransform* OperatorExecutor::grad_transform_for(cons
 }
 
 bool FusionExecutor::takes(const BoundSymbol& b) const {
+  // An expand stays a view; the fusion pass puts it into a row region that reads it.
+  if (b.call.op == OpId::expand) return false;
   if (b.subsymbols.empty() || b.top_level_prim) return is_prim(b.call) && can_fuse(b);
   for (const BoundSymbol& p : flatten_to_prims({b}))
     if (!can_fuse(p)) return false;

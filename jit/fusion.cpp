@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <mutex>
 #include <sstream>
@@ -25,8 +26,21 @@ const ProxyNames& names_of(const Trace& t) {
 
 // ---------------------------------------------------------------- cpu-fusion
 
+bool row_fusion_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("VOLT_JIT_ROW_FUSION");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
+bool fusible_prim(const BoundSymbol& p) {
+  if (p.call.op == OpId::custom) return false;
+  return is_elementwise(p.call.op) || (row_fusion_enabled() && (is_row_reduction(p) || p.call.op == OpId::expand));
+}
+
 bool CpuFusionExecutor::can_fuse(const BoundSymbol& p) const {
-  if (p.call.op == OpId::custom || !is_elementwise(p.call.op)) return false;
+  if (!fusible_prim(p)) return false;
   for (const Tensor& o : p.outputs)
     if (!o.device().is_cpu()) return false;
   for (const Value& v : p.call.args)
@@ -61,8 +75,7 @@ std::vector<Tensor> CpuFusionExecutor::run_fusion(const BoundSymbol& f, const st
     outs.push_back(Tensor::empty(o.sizes(), o.dtype(), o.device()));
     ptrs.push_back(outs.back().raw_data());
   }
-  long long n = static_cast<long long>(f.subsymbols.front().outputs.front().numel());
-  run_host_kernel(*f.kernel, n, ptrs.data(), rng.seed, rng.offset + f.kernel->rng_base);
+  run_host_kernel(*f.kernel, f.kernel->extent, ptrs.data(), rng.seed, rng.offset + f.kernel->rng_base);
   return outs;
 }
 
@@ -73,6 +86,85 @@ FusionExecutor& cpu_fusion_executor() {
 
 // ---------------------------------------------------------------- the fusion pass
 
+namespace {
+
+struct Group {
+  size_t start;
+  const FusionExecutor* fu;
+  Shape shape;
+  bool rows = false;
+  std::vector<size_t> members;
+  std::unordered_set<int64_t> made;
+};
+
+// Each fusible prim joins the latest group of its executor and shape whose
+// start all its inputs are ready by (made before the group, or inside it);
+// else it starts a group.  So a prim separated from its group by an
+// unrelated op (a matmul, say) still lands in the same kernel: one pass over
+// memory instead of two (a horizontal merge).  A reduction over the
+// innermost dim makes its group a row group of its input's shape
+// (jit/codegen_rows.cpp), which then also takes the prims of one value per
+// row and the expands of them back to the full shape.  An expand no one
+// claimed (it is a view) joins a row group that reads it, else stays a view.
+std::vector<Group> form_groups(std::vector<BoundSymbol>& bsyms, std::vector<int>& group_of) {
+  auto fuser = [](const BoundSymbol& b) { return b.executor ? b.executor->fusion() : nullptr; };
+  std::unordered_map<int64_t, size_t> producer;  // value id -> index of the bound symbol making it
+  for (size_t i = 0; i < bsyms.size(); ++i)
+    for (const Tensor& o : bsyms[i].outputs) producer[id_of(o)] = i;
+  auto fits = [&](const Group& G, const BoundSymbol& b) {
+    const Shape& out = b.outputs[0].sizes();
+    if (is_row_reduction(b)) return G.shape == b.call.args[0].tensor.sizes();
+    if (b.call.op == OpId::expand) return G.rows && out == G.shape;
+    if (out == G.shape) return true;
+    if (!G.rows) return false;
+    Shape row = G.shape;
+    row.back() = 1;
+    return out == row;
+  };
+  std::vector<Group> groups;
+  auto find_group = [&](const BoundSymbol& b, const FusionExecutor* fu) {
+    for (int g = static_cast<int>(groups.size()) - 1; g >= 0; --g) {
+      Group& G = groups[static_cast<size_t>(g)];
+      if ((fu ? G.fu != fu : !G.fu->can_fuse(b)) || !fits(G, b)) continue;
+      bool ready = true;
+      for (const Tensor& in : tensor_args(b)) {
+        auto p = producer.find(id_of(in));
+        if (p != producer.end() && p->second >= G.start && !G.made.count(id_of(in))) ready = false;
+      }
+      if (ready) return g;
+    }
+    return -1;
+  };
+  for (size_t i = 0; i < bsyms.size(); ++i) {
+    const FusionExecutor* fu = fuser(bsyms[i]);
+    int chosen = -1;
+    const bool unclaimed = !bsyms[i].executor || bsyms[i].executor == &eager_executor();
+    if (unclaimed && bsyms[i].call.op == OpId::expand && bsyms[i].subsymbols.size() <= 1) {
+      BoundSymbol prim = bsyms[i].subsymbols.empty() ? bsyms[i] : bsyms[i].subsymbols.front();
+      chosen = find_group(prim, nullptr);
+      if (chosen < 0) continue;
+      fu = groups[static_cast<size_t>(chosen)].fu;
+      prim.executor = fu;
+      bsyms[i] = std::move(prim);
+    }
+    if (!fu) continue;
+    if (chosen < 0) chosen = find_group(bsyms[i], fu);
+    if (chosen < 0) {
+      const bool red = is_row_reduction(bsyms[i]);
+      groups.push_back({i, fu, red ? bsyms[i].call.args[0].tensor.sizes() : bsyms[i].outputs[0].sizes(), false, {}, {}});
+      chosen = static_cast<int>(groups.size()) - 1;
+    }
+    Group& G = groups[static_cast<size_t>(chosen)];
+    G.rows = G.rows || is_row_reduction(bsyms[i]);
+    G.members.push_back(i);
+    for (const Tensor& o : bsyms[i].outputs) G.made.insert(id_of(o));
+    group_of[i] = chosen;
+  }
+  return groups;
+}
+
+}  // namespace
+
 Trace fusion_pass(const Trace& t) {
   auto t0 = Clock::now();
   const ProxyNames& names = names_of(t);
@@ -80,53 +172,12 @@ Trace fusion_pass(const Trace& t) {
   // pass) go to cpu-fusion where it can take them.
   std::vector<BoundSymbol> bsyms = t.bsyms;
   for (BoundSymbol& b : bsyms)
-    if (!b.executor && b.subsymbols.size() <= 1 && cpu_fusion_executor().can_fuse(b)) {
+    if (!b.executor && b.subsymbols.size() <= 1 && b.call.op != OpId::expand && cpu_fusion_executor().can_fuse(b)) {
       if (!b.subsymbols.empty()) b = b.subsymbols.front();
       b.executor = &cpu_fusion_executor();
     }
-  auto fuser = [](const BoundSymbol& b) { return b.executor ? b.executor->fusion() : nullptr; };
-  std::unordered_map<int64_t, size_t> producer;  // value id -> index of the bound symbol making it
-  for (size_t i = 0; i < bsyms.size(); ++i)
-    for (const Tensor& o : bsyms[i].outputs) producer[id_of(o)] = i;
-
-  // Each fusible prim joins the latest group of its executor and shape whose
-  // start all its inputs are ready by (made before the group, or inside it);
-  // else it starts a group.  So a prim separated from its group by an
-  // unrelated op (a matmul, say) still lands in the same kernel: one pass over
-  // memory instead of two (a horizontal merge).
-  struct Group {
-    size_t start;
-    const FusionExecutor* fu;
-    Shape shape;
-    std::vector<size_t> members;
-    std::unordered_set<int64_t> made;
-  };
-  std::vector<Group> groups;
   std::vector<int> group_of(bsyms.size(), -1);
-  for (size_t i = 0; i < bsyms.size(); ++i) {
-    const FusionExecutor* fu = fuser(bsyms[i]);
-    if (!fu) continue;
-    const Shape& shape = bsyms[i].outputs[0].sizes();
-    int chosen = -1;
-    for (int g = static_cast<int>(groups.size()) - 1; g >= 0 && chosen < 0; --g) {
-      Group& G = groups[static_cast<size_t>(g)];
-      if (G.fu != fu || G.shape != shape) continue;
-      bool ready = true;
-      for (const Tensor& in : tensor_args(bsyms[i])) {
-        auto p = producer.find(id_of(in));
-        if (p != producer.end() && p->second >= G.start && !G.made.count(id_of(in))) ready = false;
-      }
-      if (ready) chosen = g;
-    }
-    if (chosen < 0) {
-      groups.push_back({i, fu, shape, {}, {}});
-      chosen = static_cast<int>(groups.size()) - 1;
-    }
-    Group& G = groups[static_cast<size_t>(chosen)];
-    G.members.push_back(i);
-    for (const Tensor& o : bsyms[i].outputs) G.made.insert(id_of(o));
-    group_of[i] = chosen;
-  }
+  const std::vector<Group> groups = form_groups(bsyms, group_of);
   // A group's outputs: what is used outside it, or returned.
   std::unordered_set<int64_t> outputs;
   for (const Tensor& o : t.outputs) outputs.insert(id_of(o));

@@ -38,6 +38,13 @@ struct RegionRunner {
 };
 void register_region_runner(RegionRunner runner);
 
+// What a fusion executor can take: elementwise prims, reductions over the
+// innermost dim (is_row_reduction) and expands (fused only into a row region).
+// VOLT_JIT_ROW_FUSION=0 leaves reductions out: each ends a region, as before
+// row regions existed (to compare the two).
+bool fusible_prim(const BoundSymbol& prim);
+bool row_fusion_enabled();
+
 // Groups consecutive prims claimed by the same fusion executor, over one
 // shape, into fusion bound symbols named prefix0, prefix1, ... and generates
 // each one's kernel.  Elementwise CPU prims nobody claimed (a trace that

@@ -34,7 +34,7 @@ class NvrtcExecutor final : public FusionExecutor {
   NvrtcExecutor() : FusionExecutor("nvrtc", VOLT_VERSION) {}
 
   bool can_fuse(const BoundSymbol& p) const override {
-    return p.call.op != OpId::custom && is_elementwise(p.call.op) && all_cuda(p);
+    return fusible_prim(p) && all_cuda(p);
   }
   std::string prefix() const override { return "nvrtcFusion"; }
 
@@ -101,10 +101,17 @@ class NvrtcExecutor final : public FusionExecutor {
       table.p[k++] = outs.back().raw_data();
     }
     table.p[vc::kMaxKernelArgs - 1] = vc::rng_state_word();
-    long long n = static_cast<long long>(f.subsymbols.front().outputs.front().numel());
+    long long n = f.kernel->extent;
     unsigned long long seed = rng.seed, offset = rng.offset + f.kernel->rng_base;
     void* params[] = {&n, &table, &seed, &offset};
-    vc::launch(static_cast<cudaKernel_t>(f.kernel->device_fn), f.outputs.front().device().index, n, params);
+    const int dev = f.outputs.front().device().index;
+    const auto fn = static_cast<cudaKernel_t>(f.kernel->device_fn);
+    if (f.kernel->row_len > 0) {  // a block per row
+      const unsigned threads = row_kernel_threads(f.kernel->row_len);
+      vc::launch(fn, dev, n * threads, params, threads);
+    } else {
+      vc::launch(fn, dev, n, params);
+    }
     return outs;
   }
 

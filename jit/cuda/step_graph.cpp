@@ -7,6 +7,7 @@
 #include <set>
 #include <unordered_map>
 
+#include <volt/jit/codegen.h>
 #include <volt/jit/step/collectives.h>
 #include <volt/jit/executor.h>
 #include <volt/jit/tracer.h>
@@ -162,7 +163,7 @@ std::unordered_map<int64_t, Tensor> donations(const Trace& t, const std::vector<
     }
     if (maker == t.bsyms.size() || viewed || last_read != maker) continue;
     const BoundSymbol& b = t.bsyms[maker];
-    if (!b.is_fusion() || !b.kernel || b.subsymbols.empty()) continue;
+    if (!b.is_fusion() || !b.kernel || b.subsymbols.empty() || b.kernel->row_len > 0) continue;
     bool reads_old = false;
     for (const Tensor& in : b.fusion_inputs) reads_old = reads_old || id_of(in) == old_id;
     if (!reads_old || b.subsymbols.front().outputs.front().sizes() != old.sizes()) continue;

@@ -62,7 +62,7 @@ std::vector<int> donation_candidates(const jit::Trace& t, size_t num_leaves) {
     auto it = producer.find(jit::id_of(o));
     if (it == producer.end()) continue;
     const jit::BoundSymbol& b = *it->second;
-    if (!b.is_fusion() || !b.kernel || !b.kernel->fn) continue;
+    if (!b.is_fusion() || !b.kernel || !b.kernel->fn || b.kernel->row_len > 0) continue;
     for (const Tensor& a : jit::tensor_args(b)) {
       auto l = leaf.find(jit::id_of(a));
       if (l == leaf.end() || taken[static_cast<size_t>(l->second)] || a.sizes() != o.sizes() || a.dtype() != o.dtype())

@@ -216,7 +216,7 @@ Trace gemm_epilogue_pass(const Trace& t) {
   std::unordered_map<size_t, std::vector<BoundSymbol>> replace;  // region index -> what takes its place
   for (size_t i = 0; i < t.bsyms.size(); ++i) {
     const BoundSymbol& r = t.bsyms[i];
-    if (!r.is_fusion() || r.executor != &cpu_fusion_executor() || !r.kernel) continue;
+    if (!r.is_fusion() || r.executor != &cpu_fusion_executor() || !r.kernel || r.kernel->row_len > 0) continue;
     const Shape& shape = r.subsymbols.front().outputs.front().sizes();
     const std::vector<int> comp = components(r);
     // The component reading each candidate product, and each component's products.

@@ -124,7 +124,7 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
   for (size_t i = 0; i < P.steps.size(); ++i) {
     Impl::Step& s = P.steps[i];
     s.donate_to.assign(s.outs.size(), -1);
-    if (s.kind != Impl::Kind::Fusion) continue;
+    if (s.kind != Impl::Kind::Fusion || s.b.kernel->row_len > 0) continue;  // a row kernel reads in passes
     const Shape& shape = s.b.subsymbols.front().outputs.front().sizes();
     for (size_t j = 0; j < s.outs.size(); ++j) {
       auto it = state_of_new.find(s.outs[j]);
@@ -260,8 +260,7 @@ std::vector<Tensor> MemoryPlan::run(const Trace& trace, const std::vector<Tensor
                             rng.offset + s.b.kernel->rng_base);
           break;
         }
-        const long long n = static_cast<long long>(s.b.subsymbols.front().outputs.front().numel());
-        run_host_kernel(*s.b.kernel, n, ptrs.data(), rng.seed, rng.offset + s.b.kernel->rng_base);
+        run_host_kernel(*s.b.kernel, s.b.kernel->extent, ptrs.data(), rng.seed, rng.offset + s.b.kernel->rng_base);
         break;
       }
       case Impl::Kind::Prim:

@@ -1,0 +1,33 @@
+// The pieces the code generator's two renderings share: the elementwise one
+// (jit/codegen.cpp) and the row one (jit/codegen_rows.cpp).  Internal to the jit.
+#pragma once
+#include <functional>
+#include <ostream>
+#include <string>
+
+#include <volt/jit/trace.h>
+
+namespace volt::jit::detail {
+
+using NameFn = std::function<std::string(const Tensor&)>;
+
+// A scalar as a C literal of type t (infinities and NaN as expressions).
+std::string literal(const Scalar& s, DType t);
+// The index into a (broadcast) input of shape `in` of element `var` of shape `out`.
+std::string index_expr(const Shape& in, const Shape& out, const std::string& var = "i");
+// The C expression one elementwise prim computes (uniform's draws shifted by rng_shift).
+std::string prim_expr(const OpCall& c, DType result, const NameFn& name, unsigned long long rng_shift);
+// Booleans are bytes in memory and ints in registers (see render in codegen.cpp).
+std::string memory_type(DType t);
+std::string local_type(DType t);
+// `const T* in_x = (const T*)args[k];` for each input, then each output's pointer.
+void emit_pointers(std::ostream& os, const BoundSymbol& f, const NameFn& name);
+
+// A row region's kernel function (codegen_rows.cpp), and the definitions a
+// row kernel needs on each device, appended to the preludes.
+std::string render_rows(const BoundSymbol& f, const std::string& kernel_name, const NameFn& name,
+                        unsigned long long rng_shift);
+const char* host_row_prelude();
+const char* cuda_row_prelude();
+
+}  // namespace volt::jit::detail
