@@ -242,8 +242,12 @@ class RowRenderer {
   std::string element_index(const Shape& in) const {
     const Shape p = padded(in);
     if (p == R_.shape) return "i";
-    if (shape_numel(in) == static_cast<int64_t>(R_.len) && p.back() == R_.len) return "j";
-    return index_expr(in, R_.shape, "i");
+    if (p.back() != R_.len) return index_expr(in, R_.shape, "i");
+    // Contiguous along the row: its row's start (loop-invariant), then j.
+    Shape rows = p;
+    rows.back() = 1;
+    const std::string start = index_expr(rows, R_.row_shape, "r");
+    return start == "0" ? "j" : "(" + start + ") * " + std::to_string(R_.len) + "LL + j";
   }
 
   const BoundSymbol& f_;

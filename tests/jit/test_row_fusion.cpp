@@ -94,6 +94,10 @@ TEST_CASE("jit row regions: -inf masks, large magnitudes and NaN as eager mode h
   Tensor hide = Tensor::from_vector<float>({0, 0, 0, 0, 1, 1, 1, 0, 1}, {3, 3});
   Fn masked = [inf](const std::vector<Tensor>& in) { return softmax(masked_fill(in[0], gt(in[1], 0.5), -inf), -1); };
   compare("masked softmax", masked, {x, hide}, 1e-6);
+  // A causal mask (T, T) broadcast over (batch, heads, T, T) scores: read per row, then along it.
+  Tensor scores = Tensor::randn({2, 3, 5, 5});
+  Tensor future = triu(Tensor::ones({5, 5}), 1);
+  compare("causal softmax", masked, {scores, future}, 1e-6);
   compare("softmax of [1e4, -1e4, 0]", [](const std::vector<Tensor>& in) { return softmax(in[0], -1); }, {x}, 1e-6);
   // NaN anywhere in a row makes its amax NaN (as the eager kernel's), and the row's softmax NaN.
   Tensor n = Tensor::from_vector<float>({1.f, NAN, 2.f, 1.f, 2.f, 3.f}, {2, 3});
