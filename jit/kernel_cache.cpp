@@ -206,22 +206,28 @@ std::string key_file_text(const std::string& library_bytes, const std::string& k
 bool build(const std::string& cxx, const std::string& source, const std::string& key, const fs::path& library,
            std::string* error) {
   const std::string tag = ".tmp" + std::to_string(::getpid());
-  fs::path src = library, tmp = library, meta = library, meta_tmp = library, log = library;
+  fs::path src = library, src_tmp, tmp = library, meta = library, meta_tmp = library, log = library;
   src.replace_extension(".cpp");
+  src_tmp = library;
+  src_tmp.replace_extension(tag + ".cpp");  // another process may be building the same entry: each its own source
   tmp += tag;
   meta.replace_extension(".key");
   meta_tmp = meta;
   meta_tmp += tag;
   log.replace_extension(".log" + tag);
   {
-    std::ofstream f(src, std::ios::binary);
+    std::ofstream f(src_tmp, std::ios::binary | std::ios::trunc);
     f << source;
     if (!f) {
-      *error = "cannot write " + src.string() + "\n";
+      *error = "cannot write " + src_tmp.string() + "\n";
       return false;
     }
   }
-  if (!run_compiler(cxx, src, tmp, log, error)) return false;
+  const bool compiled = run_compiler(cxx, src_tmp, tmp, log, error);
+  std::error_code src_ec;
+  fs::rename(src_tmp, src, src_ec);  // kept beside the library, for readers
+  if (src_ec) fs::remove(src_tmp, src_ec);
+  if (!compiled) return false;
   std::string bytes;
   if (!read_file(tmp, &bytes)) {
     *error = "the compiler wrote no library at " + tmp.string() + "\n";

@@ -30,7 +30,29 @@ if ((build_only)); then echo "volt: build-asan built in $(( $(date +%s) - start 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1:strict_string_checks=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 echo "volt: the test suite under ASan and UBSan (build-asan), built in $(( $(date +%s) - start )) s"
-./build-asan/tests/volt_tests "$@"
+if [ $# -gt 0 ]; then
+  ./build-asan/tests/volt_tests "$@"
+else
+  # A sanitized run is mostly one thread: two runs at once, each with every
+  # other test file (so the slow ones spread), each printed when both are done.
+  mapfile -t files < <(cd tests && find . -name '*.cpp' | sort)
+  half=("" "")
+  for k in "${!files[@]}"; do
+    pattern="*/tests/${files[$k]#./}"
+    half[$((k % 2))]+="${half[$((k % 2))]:+,}$pattern"
+  done
+  logs=$(mktemp -d)
+  ./build-asan/tests/volt_tests -sf="${half[0]}" >"$logs/0" 2>&1 &
+  first=$!
+  ./build-asan/tests/volt_tests -sf="${half[1]}" >"$logs/1" 2>&1 &
+  second=$!
+  ok=1
+  wait "$first" || ok=0
+  wait "$second" || ok=0
+  cat "$logs/0" "$logs/1"
+  rm -rf "$logs"
+  ((ok)) || { echo "volt: the sanitized test suite failed (above)"; exit 1; }
+fi
 
 # The simulated GPU is the ordinary build's, uninstrumented: preloaded, it is
 # inherited by the processes volt starts (the host compiler that builds fused
