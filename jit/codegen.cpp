@@ -36,12 +36,26 @@ std::string index_expr(const Shape& in, const Shape& out, const std::string& var
   Shape padded(out.size() - in.size(), 1);
   padded.insert(padded.end(), in.begin(), in.end());
   Shape ost = contiguous_strides(out), ist = contiguous_strides(padded);
+  // Adjacent dims the input does not broadcast are read as one (size-1 dims
+  // join them): a row value (16, 4, 128, 1) read across (16, 4, 128, 128)
+  // is i / 128, a bias (512) across (2048, 512) is i % 512.
   std::string r;
-  for (size_t d = 0; d < out.size(); ++d) {
-    if (padded[d] == 1) continue;
-    if (!r.empty()) r += " + ";
-    r += "((" + var + " / " + std::to_string(ost[d]) + "LL) % " + std::to_string(out[d]) + "LL) * " +
-         std::to_string(ist[d]) + "LL";
+  bool leading = true;  // no dim of size > 1 before this one
+  for (size_t d = 0; d < out.size();) {
+    if (padded[d] == 1) {
+      leading = leading && out[d] == 1;
+      ++d;
+      continue;
+    }
+    size_t e = d;
+    int64_t extent = out[d];
+    while (e + 1 < out.size() && (padded[e + 1] != 1 || out[e + 1] == 1)) extent *= out[++e];
+    std::string term = ost[e] == 1 ? var : "(" + var + " / " + std::to_string(ost[e]) + "LL)";
+    if (!leading) term = "(" + term + " % " + std::to_string(extent) + "LL)";
+    if (ist[e] != 1) term += " * " + std::to_string(ist[e]) + "LL";
+    r += (r.empty() ? "" : " + ") + term;
+    leading = false;
+    d = e + 1;
   }
   return r.empty() ? "0" : r;
 }

@@ -9,6 +9,7 @@
 #include <set>
 
 #include <volt/jit/codegen.h>
+#include <volt/jit/codegen_detail.h>
 #include <volt/jit/executor.h>
 #include <volt/jit/jit.h>
 #include <volt/nn/loss.h>
@@ -120,7 +121,12 @@ TEST_CASE("codegen: a key holds what a region computes, and nothing the trace me
   auto k_row = kernel_of(h, {"a", "b"}, {a, Tensor::randn({3})});
   auto k_full = kernel_of(h, {"a", "b"}, {a, Tensor::randn({4, 3})});
   CHECK(k_row->key != k_full->key);
-  CHECK(k_row->key.find("in_v1[((i / 1LL) % 3LL) * 1LL]") != std::string::npos);
+  // Adjacent dims read alike are one index: a row value across rows, a column bias, a plane.
+  CHECK(jit::detail::index_expr({16, 4, 128, 1}, {16, 4, 128, 128}) == "(i / 128LL)");
+  CHECK(jit::detail::index_expr({4, 1, 3}, {4, 5, 3}) == "(i / 15LL) * 3LL + (i % 3LL)");
+  CHECK(jit::detail::index_expr({1, 5, 1}, {4, 5, 3}) == "((i / 3LL) % 5LL)");
+  CHECK(jit::detail::index_expr({2, 1, 1, 7}, {2, 1, 6, 7}, "r") == "(r / 42LL) * 7LL + (r % 7LL)");
+  CHECK(k_row->key.find("in_v1[(i % 3LL)]") != std::string::npos);
   // Both devices compile the same function: the CUDA source is its prelude and the body.
   CHECK(jit::cuda_source(*k_x5) == jit::cuda_prelude() + k_x5->body);
   CHECK(jit::host_source({k_x5.get()}).find(k_x5->body) != std::string::npos);
