@@ -1,5 +1,6 @@
 #include <volt/autograd/vjp.h>
 
+#include <volt/tensor/attention.h>
 #include <volt/tensor/conv.h>
 #include <volt/tensor/custom_op.h>
 
@@ -200,6 +201,10 @@ std::vector<Tensor> vjp(const OpCall& c, const Tensor& g, const std::vector<Tens
     // Eager mode records cross_entropy whole where it ran as one fused kernel.
     case OpId::cross_entropy:
       return {cross_entropy_backward(g, arg(c, 0), arg(c, 1), cross_entropy_options(at)), Tensor()};
+    // compile_step records attention without dropout whole; its gradient is one op too.
+    case OpId::scaled_dot_product_attention:
+      return scaled_dot_product_attention_backward(g, arg(c, 0), arg(c, 1), arg(c, 2),
+                                                   {.causal = at.flag, .scale = at.a, .dropout_p = at.b});
     case OpId::custom: {
       const CustomOpDef& def = custom_op(at.custom);
       VOLT_CHECK(def.vjp, def.name, "has no gradient registered");
