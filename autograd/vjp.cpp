@@ -55,6 +55,19 @@ std::vector<Tensor> unary_vjp(const OpCall& c, const Tensor& g) {
 
 }  // namespace
 
+namespace {
+
+// The gradients of a composite that was recorded as one op, by one op of its own.
+std::vector<Tensor> whole_composite_vjp(const OpCall& c, const Tensor& g) {
+  const Attrs& at = c.attrs;
+  if (c.op == OpId::cross_entropy)
+    return {cross_entropy_backward(g, arg(c, 0), arg(c, 1), cross_entropy_options(at)), Tensor()};
+  return scaled_dot_product_attention_backward(g, arg(c, 0), arg(c, 1), arg(c, 2),
+                                               {.causal = at.flag, .scale = at.a, .dropout_p = at.b});
+}
+
+}  // namespace
+
 bool is_differentiable(OpId op) {
   switch (op_info(op).kind) {
     case OpKind::Compare:
@@ -198,13 +211,9 @@ std::vector<Tensor> vjp(const OpCall& c, const Tensor& g, const std::vector<Tens
       const Tensor& x = arg(c, 1);
       return {convolution(x, g, Tensor(), w), convolution_grad_input(arg(c, 0), g, w, x.size(2), x.size(3))};
     }
-    // Eager mode records cross_entropy whole where it ran as one fused kernel.
+    // Composites recorded whole (cross_entropy where it ran fused, attention in compile_step).
     case OpId::cross_entropy:
-      return {cross_entropy_backward(g, arg(c, 0), arg(c, 1), cross_entropy_options(at)), Tensor()};
-    // compile_step records attention without dropout whole; its gradient is one op too.
-    case OpId::scaled_dot_product_attention:
-      return scaled_dot_product_attention_backward(g, arg(c, 0), arg(c, 1), arg(c, 2),
-                                                   {.causal = at.flag, .scale = at.a, .dropout_p = at.b});
+    case OpId::scaled_dot_product_attention: return whole_composite_vjp(c, g);
     case OpId::custom: {
       const CustomOpDef& def = custom_op(at.custom);
       VOLT_CHECK(def.vjp, def.name, "has no gradient registered");
