@@ -289,36 +289,42 @@ TEST_CASE("attention: the jitted GPT's traces show attention claimed by flash; e
   CHECK_FALSE(has(without, "flash_attention"));
 }
 
-TEST_CASE("attention: compile_step runs it by flash and equals eager over 3 SGD steps") {
+// Without dropout the step records the op whole and flash runs both
+// directions; with dropout the step tapes its prims (the mask is a draw the
+// backward must see), and the decomposition runs, with eager's mask.
+TEST_CASE("attention: compile_step runs it by flash and equals eager over 3 SGD steps (and with dropout)") {
   const Inputs in = make_inputs(33, 33, 7, DType::f32);
-  auto run = [&](bool compiled, std::string* trace) {
-    Tensor q = in.q.clone().requires_grad_(), k = in.k.clone().requires_grad_(), v = in.v.clone().requires_grad_();
-    nn::SGD opt({q, k, v}, {.lr = 0.5});
-    auto step = [&](const Tensor& g) {
-      Tensor loss = sum(mul(scaled_dot_product_attention(q, k, v, {.causal = true}), g));
-      opt.zero_grad();
-      loss.backward();
-      opt.step();
-      return loss;
+  for (double p : {0.0, 0.3}) {
+    CAPTURE(p);
+    auto run = [&](bool compiled, std::string* trace) {
+      manual_seed(13);
+      Tensor q = in.q.clone().requires_grad_(), k = in.k.clone().requires_grad_(), v = in.v.clone().requires_grad_();
+      nn::SGD opt({q, k, v}, {.lr = 0.5});
+      auto step = [&](const Tensor& g) {
+        Tensor loss = sum(mul(scaled_dot_product_attention(q, k, v, {.causal = true, .dropout_p = p}), g));
+        opt.zero_grad();
+        loss.backward();
+        opt.step();
+        return loss;
+      };
+      std::vector<double> losses;
+      if (!compiled) {
+        for (int i = 0; i < 3; ++i) losses.push_back(step(in.g).item<double>());
+      } else {
+        jit::CompiledStep s = jit::compile_step(step, {.state = {opt}});
+        for (int i = 0; i < 3; ++i) losses.push_back(s(in.g).item<double>());
+        *trace = s.last_trace_str();
+      }
+      return std::make_pair(losses, std::vector<Tensor>{q.detach(), k.detach(), v.detach()});
     };
-    std::vector<double> losses;
-    if (!compiled) {
-      for (int i = 0; i < 3; ++i) losses.push_back(step(in.g).item<double>());
-    } else {
-      jit::CompiledStep s = jit::compile_step(step, {.state = {opt}});
-      for (int i = 0; i < 3; ++i) losses.push_back(s(in.g).item<double>());
-      *trace = s.last_trace_str();
-    }
-    losses.push_back(max_abs_diff(q, in.q) + max_abs_diff(v, in.v));
-    return std::make_pair(losses, std::vector<Tensor>{q.detach(), k.detach(), v.detach()});
-  };
-  std::string trace;
-  const auto eager = run(false, nullptr);
-  const auto step = run(true, &trace);
-  for (size_t i = 0; i < eager.first.size(); ++i) CHECK(std::fabs(step.first[i] - eager.first[i]) < 1e-4);
-  for (size_t i = 0; i < 3; ++i) CHECK(max_abs_diff(step.second[i], eager.second[i]) < 1e-5);
-  CHECK(has(trace, "flash_attention("));
-  CHECK(has(trace, "flash_attention_backward("));
+    std::string trace;
+    const auto eager = run(false, nullptr);
+    const auto step = run(true, &trace);
+    for (size_t i = 0; i < eager.first.size(); ++i) CHECK(std::fabs(step.first[i] - eager.first[i]) < 1e-4);
+    for (size_t i = 0; i < 3; ++i) CHECK(max_abs_diff(step.second[i], eager.second[i]) < 1e-5);
+    CHECK(has(trace, "flash_attention(") == (p == 0));
+    CHECK(has(trace, "flash_attention_backward(") == (p == 0));
+  }
 }
 
 TEST_CASE("attention: the lazy device equals eager, forward and backward") {
