@@ -8,6 +8,10 @@
 // in the forward (t13: each query row's log-sum-exp, saved for backward) and
 // `flash_attention_backward(...)` in the backward, where the decomposition's
 // matmul / masked_fill / softmax / dropout / matmul prims would otherwise be.
+// compile_step and the lazy device record attention without dropout as one op
+// and its gradient as scaled_dot_product_attention_backward, which flash runs
+// as its forward again (for the log-sum-exp) and its backward; with dropout
+// they record the prims (tensor/attention.h, attention_runs_whole).
 // Dropout draws the same Philox counters as the decomposition's: rng_offset is
 // where the op's draws start among the program's (the tracer records it on the
 // composite), and the program's seed and offset are added when it runs.

@@ -85,6 +85,24 @@ std::vector<Tensor> scaled_dot_product_attention_backward(const Tensor& grad_out
   return dispatch(OpCall{OpId::scaled_dot_product_attention_backward, {grad_out, q, k, v}, at});
 }
 
+bool attention_runs_whole(const OpCall& call) {
+  return (call.op == OpId::scaled_dot_product_attention || call.op == OpId::scaled_dot_product_attention_backward) &&
+         call.attrs.b == 0;
+}
+
+std::vector<TensorMeta> attention_meta(const OpCall& call) {
+  const bool backward = call.op == OpId::scaled_dot_product_attention_backward;
+  const size_t first = backward ? 1 : 0;
+  VOLT_CHECK(call.args.size() == first + 3, op_name(call.op), "expected " << first + 3 << " tensors");
+  const Tensor& q = call.args[first].tensor;
+  const Tensor& k = call.args[first + 1].tensor;
+  const Tensor& v = call.args[first + 2].tensor;
+  check_attention_inputs(q, k, v, op_name(call.op));
+  if (backward) return {{q.sizes(), q.dtype(), q.device()}, {k.sizes(), k.dtype(), k.device()},
+                        {v.sizes(), v.dtype(), v.device()}};
+  return {{{q.sizes()[0], q.sizes()[1], q.sizes()[2], v.sizes()[3]}, q.dtype(), q.device()}};
+}
+
 // q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev) -> (B, H, L, Ev), written as
 // nn::CausalSelfAttention wrote it before, so its results stay bit for bit.
 Tensor attention_decomposition(const OpCall& call) {

@@ -18,6 +18,7 @@
 namespace volt {
 
 struct OpCall;
+struct TensorMeta;
 
 struct AttentionOptions {
   bool causal = false;          // query i sees keys j <= i (top-left aligned, as PyTorch's is_causal)
@@ -58,6 +59,14 @@ std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, co
 std::vector<Tensor> flash_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                              const Tensor& v, const Tensor& out, const Tensor& lse,
                                              const FlashParams& p);
+// Attention without dropout is recorded as one op where it can run as one
+// (the lazy device, compile_step's tape): the flash executor then takes it
+// whole, or the claim pass opens it into its prims.  With dropout its prims
+// are recorded: the mask is a draw its backward must see.
+bool attention_runs_whole(const OpCall& call);
+// The outputs of such a call: {out} for the op, {dq, dk, dv} for its backward.
+std::vector<TensorMeta> attention_meta(const OpCall& call);
+
 // The checks the op and the kernels share; errors name `op`.
 void check_attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const char* op);
 

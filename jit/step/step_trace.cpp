@@ -7,6 +7,7 @@
 #include <volt/autograd/vjp.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/tracer.h>
+#include <volt/tensor/attention.h>
 #include <volt/tensor/ops.h>
 
 namespace volt::jit {
@@ -33,7 +34,7 @@ Tensor snapshot(const Tensor& t) {
 // parts; and attention without dropout, whose rule is one op that the flash
 // executor runs tiled (with dropout its parts are taped: the mask is a draw).
 bool fused_with_rule(const OpCall& c) {
-  if (c.op == OpId::scaled_dot_product_attention) return c.attrs.b == 0;
+  if (c.op == OpId::scaled_dot_product_attention) return attention_runs_whole(c);
   if (c.op != OpId::cross_entropy || c.args.size() != 2) return false;
   const Value& l = c.args[0];
   const Value& t = c.args[1];

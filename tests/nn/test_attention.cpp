@@ -327,17 +327,29 @@ TEST_CASE("attention: compile_step runs it by flash and equals eager over 3 SGD 
   }
 }
 
-TEST_CASE("attention: the lazy device equals eager, forward and backward") {
+// The lazy device records attention (without dropout) as one node, and its
+// gradient as another; the jit's pipeline compiles the graph, so flash runs both.
+TEST_CASE("attention: the lazy device runs it by flash, equal to eager, forward and backward (and with dropout)") {
   lazy::mark_step();
   const Inputs in = make_inputs(33, 33, 7, DType::f32);
-  for (bool causal : {false, true}) {
-    CAPTURE(causal);
-    const std::vector<Tensor> eager = eager_with_grads(in, {.causal = causal});
-    Tensor q = in.q.to(kLazy).detach().requires_grad_(), k = in.k.to(kLazy).detach().requires_grad_(),
-           v = in.v.to(kLazy).detach().requires_grad_();
-    Tensor out = scaled_dot_product_attention(q, k, v, {.causal = causal});
-    sum(mul(out, in.g.to(kLazy))).backward();
-    lazy::mark_step();
-    check_all({out.to(kCPU), q.grad().to(kCPU), k.grad().to(kCPU), v.grad().to(kCPU)}, eager, 1e-5);
-  }
+  for (double p : {0.0, 0.3})
+    for (bool causal : {false, true}) {
+      CAPTURE(causal);
+      CAPTURE(p);
+      manual_seed(17);
+      const std::vector<Tensor> eager = eager_with_grads(in, {.causal = causal, .dropout_p = p});
+      manual_seed(17);
+      Tensor q = in.q.to(kLazy).detach().requires_grad_(), k = in.k.to(kLazy).detach().requires_grad_(),
+             v = in.v.to(kLazy).detach().requires_grad_();
+      Tensor out = scaled_dot_product_attention(q, k, v, {.causal = causal, .dropout_p = p});
+      sum(mul(out, in.g.to(kLazy))).backward();
+      lazy::mark_step();
+      check_all({out.to(kCPU), q.grad().to(kCPU), k.grad().to(kCPU), v.grad().to(kCPU)}, eager, 1e-5);
+      std::string traces;
+      for (const jit::Trace& t : lazy::last_compiled_traces()) traces += t.str();
+      if (p == 0) {
+        CHECK(has(traces, "flash_attention("));
+        CHECK(has(traces, "flash_attention_backward("));
+      }
+    }
 }
