@@ -45,7 +45,9 @@ Cell measure(const std::string& path, int64_t T, const Attention& f, const Optio
     f(q, k, v).backward(g);
   };
   const int64_t steps = o.steps > 0 ? o.steps : T >= 2048 ? 2 : T >= 512 ? 5 : 20;
-  Cell c{path, T};
+  Cell c;
+  c.path = path;
+  c.T = T;
   c.t = bench::time_steps(call, steps, o.warmup < 0 ? 1 : o.warmup);
   // One more call from a clean state (no gradients held), its storage counted.
   clear();
@@ -62,7 +64,7 @@ Cell measure(const std::string& path, int64_t T, const Attention& f, const Optio
 }  // namespace
 
 int run(const Options& o) {
-  const AttentionOptions causal{.causal = true};
+  const AttentionOptions causal{.causal = true, .scale = std::nullopt, .dropout_p = 0};
   auto direct = [causal](const Tensor& q, const Tensor& k, const Tensor& v) {
     return scaled_dot_product_attention(q, k, v, causal);
   };
