@@ -25,9 +25,13 @@ FlashParams params_at(const std::vector<Value>& v, size_t first, const PhiloxSta
   return p;
 }
 
-// Called outside a program (eagerly): the draws come from the global generator.
+// Called outside a program (eagerly): the forward's draws come from the global
+// generator.  The backward must see its forward's counters, which only a
+// program keeps: eagerly, with dropout, it is an error rather than another mask.
 PhiloxState eager_rng(const std::vector<Value>& v, size_t first) {
   if (v.at(first + 2).scalar.value <= 0) return {};
+  VOLT_CHECK(first == kForwardTensors, "flash_attention_backward",
+             "with dropout runs only in a program, where it draws its forward's mask");
   const Shape& q = v.at(first == kForwardTensors ? 0 : 1).tensor.sizes();
   const Shape& k = v.at(first == kForwardTensors ? 1 : 2).tensor.sizes();
   PhiloxState s = rng_reserve(static_cast<uint64_t>(q[0] * q[1] * q[2] * k[2]));
