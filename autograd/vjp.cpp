@@ -1,5 +1,6 @@
 #include <volt/autograd/vjp.h>
 
+#include <volt/tensor/attention.h>
 #include <volt/tensor/conv.h>
 #include <volt/tensor/custom_op.h>
 
@@ -50,6 +51,19 @@ std::vector<Tensor> unary_vjp(const OpCall& c, const Tensor& g) {
     default:
       VOLT_FAIL(op_name(c.op), "has no derivative");
   }
+}
+
+}  // namespace
+
+namespace {
+
+// The gradients of a composite that was recorded as one op, by one op of its own.
+std::vector<Tensor> whole_composite_vjp(const OpCall& c, const Tensor& g) {
+  const Attrs& at = c.attrs;
+  if (c.op == OpId::cross_entropy)
+    return {cross_entropy_backward(g, arg(c, 0), arg(c, 1), cross_entropy_options(at)), Tensor()};
+  return scaled_dot_product_attention_backward(g, arg(c, 0), arg(c, 1), arg(c, 2),
+                                               {.causal = at.flag, .scale = at.a, .dropout_p = at.b});
 }
 
 }  // namespace
@@ -197,9 +211,9 @@ std::vector<Tensor> vjp(const OpCall& c, const Tensor& g, const std::vector<Tens
       const Tensor& x = arg(c, 1);
       return {convolution(x, g, Tensor(), w), convolution_grad_input(arg(c, 0), g, w, x.size(2), x.size(3))};
     }
-    // Eager mode records cross_entropy whole where it ran as one fused kernel.
+    // Composites recorded whole (cross_entropy where it ran fused, attention in compile_step).
     case OpId::cross_entropy:
-      return {cross_entropy_backward(g, arg(c, 0), arg(c, 1), cross_entropy_options(at)), Tensor()};
+    case OpId::scaled_dot_product_attention: return whole_composite_vjp(c, g);
     case OpId::custom: {
       const CustomOpDef& def = custom_op(at.custom);
       VOLT_CHECK(def.vjp, def.name, "has no gradient registered");

@@ -15,7 +15,9 @@ const char* kUsage =
     "usage: volt_bench [options]\n"
     "  --model NAME       mlp (default) or cnn: the MNIST CNN, Adadelta, cpu training steps,\n"
     "                     batch 64 unless --batch (bench/cnn_workload.h); gpt: examples/gpt's\n"
-    "                     GPT, AdamW, batch 16 unless --batch, cpu and cuda (bench/gpt_workload.h)\n"
+    "                     GPT, AdamW, batch 16 unless --batch, cpu and cuda (bench/gpt_workload.h);\n"
+    "                     attention: flash against the decomposition, forward+backward, cpu,\n"
+    "                     --batch gives the sequence lengths (bench/attention_bench.h)\n"
     "  --mode LIST        eager,jit,step,lazy (default: all modes this build has;\n"
     "                     step: the whole training step compiled by volt::jit::compile_step)\n"
     "  --device LIST      cpu,cuda (default: both; cuda only when available)\n"
@@ -80,8 +82,8 @@ Options parse_args(int argc, char** argv) {
       std::exit(0);
     } else if (arg == "--model") {
       o.model = next();
-      if (o.model != "mlp" && o.model != "cnn" && o.model != "gpt")
-        usage_error("--model: unknown model '" + o.model + "' (mlp, cnn, gpt)");
+      if (o.model != "mlp" && o.model != "cnn" && o.model != "gpt" && o.model != "attention")
+        usage_error("--model: unknown model '" + o.model + "' (mlp, cnn, gpt, attention)");
     } else if (arg == "--mode") {
       o.modes = split(next());
       o.modes_given = true;

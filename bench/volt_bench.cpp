@@ -7,6 +7,7 @@
 //   volt_bench --steps 2 --smoke            # every cell once, quickly (./test.sh)
 //   volt_bench --model cnn                  # the MNIST CNN instead (bench/cnn_workload.h)
 //   volt_bench --model gpt                  # examples/gpt's GPT instead (bench/gpt_workload.h)
+//   volt_bench --model attention            # flash attention against its decomposition (bench/attention_bench.h)
 //
 // The workload is MLP(784, [784, 784, 784, 28, 10], dropout 0.1) with
 // cross-entropy and Adam (lr 1e-3), as in examples/mnist_mlp.  A training step
@@ -36,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_bench.h"
 #include "cnn_workload.h"
 #include "gpt_workload.h"
 #include "common.h"
@@ -398,6 +400,14 @@ int main(int argc, char** argv) {
     if (o.first_call_batch > 0) return first_call_child(o);
     if (o.model == "cnn") return run_cnn(o);
     if (o.model == "gpt") return run_gpt(o);
+    if (o.model == "attention") {
+      bench_attention::Options a;
+      if (o.batches_given) a.lengths = o.batches;
+      a.steps = o.steps;
+      a.warmup = o.warmup;
+      a.json = o.json;
+      return bench_attention::run(a);
+    }
 
     std::vector<Device> devices;
     for (const auto& d : o.devices) {

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include <volt/jit/executor_registry.h>
+#include <volt/jit/flash_attention.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/tracer.h>
 
@@ -233,7 +234,7 @@ class EagerExecutor final : public Executor {
 
 // Never destroyed either: a static executor's destructor takes itself out.
 std::vector<Executor*>& builtins() {
-  static auto* b = new std::vector<Executor*>{&cpu_fusion_executor(), &eager_executor()};
+  static auto* b = new std::vector<Executor*>{&flash_executor(), &cpu_fusion_executor(), &eager_executor()};
   return *b;
 }
 

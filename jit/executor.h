@@ -5,6 +5,7 @@
 //
 //   user executors (OperatorExecutor)  -> claim ops their checker accepts,
 //                                         rewriting them by an execution transform
+//   flash (jit/flash_attention.h)      -> the same, for scaled_dot_product_attention
 //   fusion executors (cpu-fusion, ...) -> claim elementwise prims, later grouped
 //                                         into generated kernels by the fusion pass
 //   eager                              -> claims everything left, one kernel per prim

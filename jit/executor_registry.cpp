@@ -53,6 +53,12 @@ std::vector<Value> executor_arguments(const OpCall& c) {
     r.emplace_back(o.ignore_index);
     if (c.op != OpId::nll_loss) r.emplace_back(o.label_smoothing);
   }
+  if (c.op == OpId::scaled_dot_product_attention || c.op == OpId::scaled_dot_product_attention_backward) {
+    r.emplace_back(c.attrs.flag);
+    r.emplace_back(c.attrs.a);
+    r.emplace_back(c.attrs.b);
+    r.emplace_back(static_cast<int64_t>(c.attrs.offset));
+  }
   return r;
 }
 

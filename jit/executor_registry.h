@@ -37,7 +37,9 @@ void remove_default_executor(Executor& ex);
 // order the op's signature has them: cross_entropy(logits, target, reduction,
 // ignore_index, label_smoothing), nll_loss(logp, target, reduction,
 // ignore_index), cross_entropy_backward(g, logits, target, reduction,
-// ignore_index, label_smoothing).  Reduction is its int value (Reduction's).
+// ignore_index, label_smoothing), scaled_dot_product_attention(q, k, v, causal,
+// scale, dropout_p, rng_offset) and its backward (g, q, k, v, the same), with rng_offset where its dropout's draws start
+// among the program's.  Reduction is its int value (Reduction's).
 std::vector<Value> executor_arguments(const OpCall& c);
 
 // ---- used by OperatorExecutor and the claim pass

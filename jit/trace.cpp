@@ -105,6 +105,11 @@ std::string call_str(const ProxyNames& names, const OpCall& c, bool prim_prefix,
       if (c.op == OpId::mean || c.op == OpId::var) { sep(); os << shape_tuple(at.ints); }
       if (c.op == OpId::gelu && at.flag) { sep(); os << "approximate='tanh'"; }
       if (c.op == OpId::layer_norm) { sep(); os << "eps=" << python_float_repr(at.a); }
+      if (c.op == OpId::scaled_dot_product_attention || c.op == OpId::scaled_dot_product_attention_backward) {
+        sep();
+        os << "is_causal=" << (at.flag ? "True" : "False") << ", scale=" << python_float_repr(at.a)
+           << ", dropout_p=" << python_float_repr(at.b);
+      }
       if (c.op == OpId::cross_entropy || c.op == OpId::cross_entropy_backward || c.op == OpId::nll_loss) {
         // As PyTorch's keyword arguments, those that differ from the defaults.
         const CrossEntropyOptions o = cross_entropy_options(at), d;

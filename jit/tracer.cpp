@@ -33,6 +33,8 @@ class Tracer final : public DispatchMode {
                                         << "); pass it as an argument instead of capturing it");
     }
     if (!is_prim(call)) {
+      // Where its draws start, for an executor that runs it whole (jit/flash_attention.h).
+      call.attrs.offset = rng_total_;
       BoundSymbol b;
       b.call = call;
       scopes_.push_back(&b.subsymbols);

@@ -4,6 +4,7 @@
 //   volt::Tensor h = F::relu(F::linear(x, w, b));    // x: (B, in), w: (out, in) -> (B, out)
 //   volt::Tensor loss = F::cross_entropy(h, target);  // h: (B, C), target: (B) i64 -> ()
 #pragma once
+#include <volt/tensor/attention.h>
 #include <volt/tensor/conv.h>
 #include <volt/tensor/ops.h>
 
@@ -24,6 +25,12 @@ inline Tensor dropout(const Tensor& x, double p = 0.5, bool training = true) {
 // anywhere else it runs that chain.  x: (*, in), weight: (out, in) -> (*, out)
 Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), double p = 0.5,
                            bool training = true);
+// q: (B, H, L, E), k: (B, H, S, E), v: (B, H, S, Ev) -> (B, H, L, Ev):
+// softmax(q k^T scale, masked if causal) with dropout_p, times v (tensor/attention.h).
+inline Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const AttentionOptions& options = {}) {
+  return volt::scaled_dot_product_attention(q, k, v, options);
+}
 inline Tensor log_softmax(const Tensor& x, int64_t dim) { return volt::log_softmax(x, dim); }
 // logits: (N, C), target: (N) class indices -> () mean over N by default;
 // options as PyTorch's (reduction, ignore_index, label_smoothing: tensor/cross_entropy.h)

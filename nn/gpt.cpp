@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include <volt/tensor/attention.h>
 #include <volt/tensor/ops.h>
 
 namespace volt::nn {
@@ -54,12 +55,13 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   std::vector<Tensor> qkv = volt::split((*c_attn_)(x), C, 2);  // 3 x (B, T, C)
   auto heads = [&](const Tensor& t) { return t.reshape({B, T, nh, hs}).transpose(1, 2); };
   Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-  // att: (B, nh, T, T); position i attends to j <= i only.
-  Tensor att = volt::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(hs)));
-  Tensor future = volt::tril(volt::full({T, T}, 1.0, att.dtype(), att.device())) == 0.0;  // (T, T) b8
-  att = volt::masked_fill(att, future, -std::numeric_limits<double>::infinity());
-  att = (*attn_dropout_)(volt::softmax(att, -1));
-  Tensor y = volt::matmul(att, v).transpose(1, 2).reshape({B, T, C});  // heads side by side again
+  // Position i attends to j <= i only; the attention weights (B, nh, T, T)
+  // exist only where the op runs decomposed (eager mode, or a jit without the
+  // flash executor).
+  const double p = is_training() ? attn_dropout_->p() : 0.0;
+  Tensor y = volt::scaled_dot_product_attention(
+      q, k, v, {.causal = true, .scale = 1.0 / std::sqrt(static_cast<double>(hs)), .dropout_p = p});  // (B, nh, T, hs)
+  y = y.transpose(1, 2).reshape({B, T, C});  // heads side by side again
   return (*resid_dropout_)((*c_proj_)(y));
 }
 

@@ -1,6 +1,7 @@
 // volt::nn::GPT — a GPT-2-style decoder with nanoGPT's layout and parameter
-// names, built from volt ops alone (attention written as prims), so the module
-// jit, compile_step and the lazy device all trace it.
+// names, built from volt ops alone (attention is scaled_dot_product_attention, a
+// composite whose decomposition is prims), so the module jit, compile_step and
+// the lazy device all trace it; the jit's flash executor runs its attention tiled.
 //
 //   volt::manual_seed(0);
 //   auto gpt = std::make_shared<volt::nn::GPT>(volt::nn::GPTConfig{});   // vocab 256, block 128, 4 x 128

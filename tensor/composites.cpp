@@ -198,6 +198,8 @@ std::vector<Tensor> decompose(const OpCall& call) {
     case OpId::gelu:
     case OpId::layer_norm:
     case OpId::embedding:
+    case OpId::scaled_dot_product_attention:
+    case OpId::scaled_dot_product_attention_backward:
       return transformer_decomposition(call);
     default:
       VOLT_FAIL(op_name(call.op), "has no decomposition");

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <optional>
 
+#include <volt/tensor/attention.h>
 #include <volt/tensor/backend.h>
 #include <volt/tensor/custom_op.h>
 
@@ -238,7 +239,14 @@ std::vector<Tensor> run_eager(const OpCall& call) {
     if (needs_grad(call)) g_grad_hook(call, outs);
     return outs;
   }
-  if (!is_prim(call.op)) return runs_fused(call) ? run_fused(call) : decompose(call);
+  if (!is_prim(call.op)) {
+    if (g_lazy_handler && on_lazy(call) && attention_runs_whole(call)) {
+      std::vector<Tensor> outs = g_lazy_handler(call);  // one node; autograd has its rule
+      if (needs_grad(call)) g_grad_hook(call, outs);
+      return outs;
+    }
+    return runs_fused(call) ? run_fused(call) : decompose(call);
+  }
   std::vector<Tensor> outs = run_prim(call);
   if (needs_grad(call)) g_grad_hook(call, outs);
   return outs;

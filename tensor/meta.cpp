@@ -2,6 +2,7 @@
 // Tracers use these to give proxies their shape, dtype and device.
 #include <algorithm>
 
+#include <volt/tensor/attention.h>
 #include <volt/tensor/conv.h>
 #include <volt/tensor/cross_entropy.h>
 #include <volt/tensor/custom_op.h>
@@ -197,6 +198,14 @@ std::vector<TensorMeta> fused_meta(const OpCall& call) {
   return {{logits.sizes(), logits.dtype(), dev}};
 }
 
+// Composites have no metadata of their own, except attention, which is
+// recorded as one op where it runs as one (tensor/attention.h).
+static std::vector<TensorMeta> composite_meta(const OpCall& call) {
+  if (call.op == OpId::scaled_dot_product_attention || call.op == OpId::scaled_dot_product_attention_backward)
+    return attention_meta(call);
+  VOLT_FAIL(op_name(call.op), "is a composite op and has no meta function of its own");
+}
+
 std::vector<TensorMeta> infer_meta(const OpCall& call) {
   const OpInfo& info = op_info(call.op);
   const char* op = info.name;
@@ -313,7 +322,7 @@ std::vector<TensorMeta> infer_meta(const OpCall& call) {
       return def.meta(call.args);
     }
     case OpKind::Composite:
-      VOLT_FAIL(op, "is a composite op and has no meta function of its own");
+      return composite_meta(call);
   }
   VOLT_FAIL(op, "unknown op kind");
 }

@@ -106,6 +106,8 @@ enum class OpKind : uint8_t {
   X(gelu, Composite, )                            \
   X(layer_norm, Composite, )                      \
   X(embedding, Composite, )                       \
+  X(scaled_dot_product_attention, Composite, )    \
+  X(scaled_dot_product_attention_backward, Composite, ) \
   X(custom, Custom, )
 
 enum class OpId : uint8_t {

@@ -1,11 +1,13 @@
 // The composite ops a transformer needs beyond the MLP's: gelu, layer_norm and
-// embedding.  Each is a row of the op table (so a trace prints it with its
+// embedding (and scaled_dot_product_attention, whose decomposition is in
+// tensor/attention.cpp beside its tiled kernels).  Each is a row of the op table (so a trace prints it with its
 // prims underneath) and a decomposition into prims here, from which eager
 // autograd, the jit's grad pass, the lazy device and the CUDA backend follow.
 #include <algorithm>
 #include <cmath>
 #include <string>
 
+#include <volt/tensor/attention.h>
 #include <volt/tensor/custom_op.h>
 #include <volt/tensor/ops.h>
 
@@ -106,6 +108,8 @@ std::vector<Tensor> transformer_decomposition(const OpCall& call) {
     case OpId::gelu: return {gelu_decomposition(call.args[0].tensor, call.attrs.flag)};
     case OpId::layer_norm: return {layer_norm_decomposition(call)};
     case OpId::embedding: return {embedding_decomposition(call.args[0].tensor, call.args[1].tensor)};
+    case OpId::scaled_dot_product_attention: return {attention_decomposition(call)};
+    case OpId::scaled_dot_product_attention_backward: return attention_backward_decomposition(call);
     default: VOLT_FAIL(op_name(call.op), "is not a transformer op");
   }
 }

@@ -12,6 +12,7 @@
 #include <volt/jit/lazy/internal.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/pipeline.h>
+#include <volt/jit/tracer.h>
 #include <volt/tensor/log.h>
 
 namespace volt::lazy::detail {
@@ -158,6 +159,18 @@ Graph build_graph(std::vector<ValuePtr> roots) {
   return std::move(b.g);
 }
 
+// A composite node's prims, traced on its proxies as a trace would record
+// them: the claim pass offers the node whole to the executors (flash takes
+// attention) or opens it into these.
+std::vector<jit::BoundSymbol> decomposition_of(const jit::BoundSymbol& b, jit::ProxyNames& names) {
+  std::vector<Tensor> results;
+  std::vector<jit::BoundSymbol> made = jit::record(names, [&] { results = decompose(b.call); }, /*flatten=*/false);
+  std::unordered_map<int64_t, Tensor> rename;
+  for (size_t i = 0; i < b.outputs.size(); ++i) rename[jit::id_of(results.at(i))] = b.outputs[i];
+  jit::substitute(made, rename);
+  return made;
+}
+
 // The graph as a jit trace on the backend device: leaves are inputs d0, d1, ...,
 // runtime scalars inputs s0, s1, ..., every node one prim.
 jit::Trace lower(const Graph& g, const std::shared_ptr<jit::ProxyNames>& names) {
@@ -203,6 +216,7 @@ jit::Trace lower(const Graph& g, const std::shared_ptr<jit::ProxyNames>& names) 
       else b.call.args.emplace_back(o.scalar);
     }
     for (const TensorMeta& m : n->outputs) b.outputs.push_back(nm.make({m.sizes, m.dtype, dev}, names.get()));
+    if (!is_prim(b.call)) b.subsymbols = decomposition_of(b, nm);
     outs[n] = b.outputs;
     t.bsyms.push_back(std::move(b));
   }

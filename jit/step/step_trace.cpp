@@ -7,6 +7,7 @@
 #include <volt/autograd/vjp.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/tracer.h>
+#include <volt/tensor/attention.h>
 #include <volt/tensor/ops.h>
 
 namespace volt::jit {
@@ -29,8 +30,11 @@ Tensor snapshot(const Tensor& t) {
 }
 
 // Whether eager mode would run this composite as one kernel with its own VJP
-// rule (cross_entropy; tensor/dispatch.cpp's runs_fused), rather than as its parts.
+// rule (cross_entropy; tensor/dispatch.cpp's runs_fused), rather than as its
+// parts; and attention without dropout, whose rule is one op that the flash
+// executor runs tiled (with dropout its parts are taped: the mask is a draw).
 bool fused_with_rule(const OpCall& c) {
+  if (c.op == OpId::scaled_dot_product_attention) return attention_runs_whole(c);
   if (c.op != OpId::cross_entropy || c.args.size() != 2) return false;
   const Value& l = c.args[0];
   const Value& t = c.args[1];

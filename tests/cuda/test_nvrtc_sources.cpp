@@ -13,6 +13,7 @@
 #include <volt/jit/jit.h>
 #include <volt/nn/loss.h>
 #include <volt/nn/mlp.h>
+#include <volt/tensor/cuda/attention.h>
 #include <volt/tensor/cuda/kernels.h>
 #include <volt/tensor/cuda/nvrtc.h>
 #include <volt/tensor/cuda/runtime.h>
@@ -127,6 +128,16 @@ TEST_CASE("nvrtc: reductions, Philox uniform, fill, cross-entropy and the fused 
     bodies.push_back(cuda::cross_entropy_source(t, false));
     bodies.push_back(cuda::cross_entropy_source(t, true));
   }
+  compile_all(bodies);
+}
+
+TEST_CASE("nvrtc: the flash attention kernels compile (forward and both backward kernels, f32 and f64)") {
+  std::vector<std::string> bodies;
+  for (DType t : {DType::f32, DType::f64})
+    for (auto [e, ev] : {std::pair<int, int>{1, 1}, {5, 6}, {64, 64}, {128, 32}})
+      for (auto w : {cuda::AttentionKernel::Forward, cuda::AttentionKernel::BackwardQuery,
+                     cuda::AttentionKernel::BackwardKey})
+        bodies.push_back(cuda::attention_source(t, e, ev, w));
   compile_all(bodies);
 }
 
