@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include <volt/jit/codegen.h>
 #include <volt/jit/jit.h>
 #include <volt/jit/lazy/lazy.h>
 #include <volt/jit/step/step.h>
@@ -111,6 +112,19 @@ jit::JitOptions named(const std::string& name) {
   return options;
 }
 
+// Row regions in a trace that runs (a LayerNorm or a softmax each, forward or
+// backward: jit/codegen_rows.cpp), and row reductions left to run on their own.
+std::pair<int, int> row_kernels(const jit::Trace& t) {
+  int regions = 0, alone = 0;
+  for (const jit::BoundSymbol& b : t.bsyms) {
+    if (jit::is_row_region(b)) ++regions;
+    if (!b.is_fusion())
+      for (const jit::BoundSymbol& p : b.subsymbols.empty() ? std::vector<jit::BoundSymbol>{b} : b.subsymbols)
+        alone += jit::is_row_reduction(p) ? 1 : 0;
+  }
+  return {regions, alone};
+}
+
 // The GPT's loss as a jitted function of (idx, targets), sharing its parameters.
 jit::JitFunction jit_loss(const std::shared_ptr<nn::GPT>& gpt) {
   std::vector<Tensor> params;
@@ -170,6 +184,11 @@ TEST_CASE("GPT: the module jit equals eager over 5 AdamW steps with clipping; on
   const std::string trace = jit::last_traces(jitted).back().str();
   CHECK(trace.find("matmul") != std::string::npos);
   CHECK(trace.find("where") != std::string::npos);
+  // Every LayerNorm (2 per block, and the last) and the loss's log_softmax is
+  // one row kernel each way; the attention's softmax is inside flash_attention.
+  CHECK(row_kernels(jit::last_traces(jitted).back()) == std::pair<int, int>{5 + 1, 0});
+  CHECK(row_kernels(jit::last_backward_traces(jitted).back()) == std::pair<int, int>{5 + 1, 0});
+  CHECK(trace.find("flash_attention") != std::string::npos);
 }
 
 TEST_CASE("GPT: compile_step equals eager over 5 AdamW steps with clipping; one compile") {
@@ -179,6 +198,8 @@ TEST_CASE("GPT: compile_step equals eager over 5 AdamW steps with clipping; one 
   check_same_run(run_compiled(data, kCPU, c), eager);
   CHECK(c.step->compiles() == 1);
   CHECK(c.step->cache_hits() == kSteps - 1);
+  // Forward and backward in one program: 2 x (5 LayerNorms + the loss's log_softmax).
+  CHECK(row_kernels(c.step->last_traces().back()) == std::pair<int, int>{12, 0});
 }
 
 TEST_CASE("GPT: the lazy device equals eager over 5 AdamW steps with clipping; compiles do not grow with the steps") {
