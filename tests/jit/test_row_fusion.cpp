@@ -15,10 +15,12 @@
 #include <volt/tensor/factories.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
+#include "tests/jit/row_kernels.h"
 #include "tests/tensor/reference.h"
 
 using namespace volt;
 using volt::testing::check_close;
+using volt::testing::row_kernels;
 
 namespace {
 
@@ -35,22 +37,6 @@ std::vector<Tensor> run(const Fn& f, const std::vector<Tensor>& xs, const Tensor
   return r;
 }
 
-bool is_reduction(const jit::BoundSymbol& b) {
-  return b.call.op == OpId::sum || b.call.op == OpId::amax || b.call.op == OpId::amin;
-}
-
-// Row regions in the trace that runs, and row reductions left outside any region.
-std::pair<int, int> row_regions(const jit::Trace& t) {
-  int regions = 0, outside = 0;
-  for (const jit::BoundSymbol& b : t.bsyms) {
-    if (jit::is_row_region(b)) ++regions;
-    if (!b.is_fusion())
-      for (const jit::BoundSymbol& p : b.subsymbols.empty() ? std::vector<jit::BoundSymbol>{b} : b.subsymbols)
-        if (is_reduction(p) && jit::is_row_reduction(p)) ++outside;
-  }
-  return {regions, outside};
-}
-
 void compare(const std::string& label, const Fn& f, const std::vector<Tensor>& xs, double tol) {
   Tensor w = Tensor::randn(f(xs).sizes(), xs[0].dtype());
   auto jf = jit::jit([f](const std::vector<Tensor>& in) { return std::vector<Tensor>{f(in)}; });
@@ -61,8 +47,8 @@ void compare(const std::string& label, const Fn& f, const std::vector<Tensor>& x
     check_close(label + (i == 0 ? " output" : " gradient " + std::to_string(i - 1)), got[i], want[i], tol, tol);
   // One row region each way, and no row reduction left to run on its own.
   INFO(label);
-  auto [fwd, fwd_outside] = row_regions(jit::last_traces(jf).back());
-  auto [bwd, bwd_outside] = row_regions(jit::last_backward_traces(jf).back());
+  auto [fwd, fwd_outside] = row_kernels(jit::last_traces(jf).back());
+  auto [bwd, bwd_outside] = row_kernels(jit::last_backward_traces(jf).back());
   CHECK(fwd == 1);
   CHECK(fwd_outside == 0);
   CHECK(bwd == (xs[0].sizes().back() == 1 && xs.size() > 1 ? 0 : 1));  // a LayerNorm over 1 has nothing to sum

@@ -9,7 +9,6 @@
 #include <memory>
 #include <vector>
 
-#include <volt/jit/codegen.h>
 #include <volt/jit/jit.h>
 #include <volt/jit/lazy/lazy.h>
 #include <volt/jit/step/step.h>
@@ -24,10 +23,12 @@
 #include <volt/tensor/cuda/graph.h>
 #include "cuda/skip_without_gpu.h"
 #endif
+#include "jit/row_kernels.h"
 #include "tensor/reference.h"
 
 using namespace volt;
 using volt::testing::max_abs_diff;
+using volt::testing::row_kernels;
 
 namespace {
 
@@ -110,19 +111,6 @@ jit::JitOptions named(const std::string& name) {
   jit::JitOptions options;
   options.name = name;
   return options;
-}
-
-// Row regions in a trace that runs (a LayerNorm or a softmax each, forward or
-// backward: jit/codegen_rows.cpp), and row reductions left to run on their own.
-std::pair<int, int> row_kernels(const jit::Trace& t) {
-  int regions = 0, alone = 0;
-  for (const jit::BoundSymbol& b : t.bsyms) {
-    if (jit::is_row_region(b)) ++regions;
-    if (!b.is_fusion())
-      for (const jit::BoundSymbol& p : b.subsymbols.empty() ? std::vector<jit::BoundSymbol>{b} : b.subsymbols)
-        alone += jit::is_row_reduction(p) ? 1 : 0;
-  }
-  return {regions, alone};
 }
 
 // The GPT's loss as a jitted function of (idx, targets), sharing its parameters.
