@@ -2,6 +2,9 @@
 // any directory name works, an unwritable directory falls back.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +16,8 @@
 #include <iostream>
 #include <iterator>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <volt/jit/jit.h>
 #include <volt/jit/kernel_cache.h>
@@ -234,4 +239,51 @@ TEST_CASE("kernel cache: the fallback directory is used only when private to thi
   CHECK(run_in(d, g_fn, &err) == g_want({-1.0f, 0.5f, 2.0f}));
   CHECK(err.find("is not a private directory") == std::string::npos);
   fs::remove_all(root);
+}
+
+// Builds f's kernel in the directory VOLT_TEST_CACHE_CHILD names, as one of
+// several processes doing so at once (the case below starts them).
+TEST_CASE("kernel cache child: one of several processes building the same new entry") {
+  const char* dir = std::getenv("VOLT_TEST_CACHE_CHILD");
+  if (!dir) {
+    MESSAGE("runs only as a child process of the concurrent-builders case");
+    return;
+  }
+  std::string err;
+  const std::vector<float> got = run_in(dir, f_fn, &err), want = f_want({-1.0f, 0.5f, 2.0f});
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6));
+  CHECK_MESSAGE(err.empty(), err);  // built or loaded, never "running them prim by prim"
+}
+
+TEST_CASE("kernel cache: four processes building one new entry at once each run the compiled kernel") {
+  const fs::path d = fresh_dir("concurrent");
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  env.push_back("VOLT_TEST_CACHE_CHILD=" + d.string());
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string self = fs::read_symlink("/proc/self/exe").string(), filter = "-tc=kernel cache child*";
+  char* argv[] = {self.data(), filter.data(), nullptr};
+  std::vector<pid_t> kids;
+  for (int k = 0; k < 4; ++k) {
+    const std::string log = (d.parent_path() / ("child" + std::to_string(k) + ".log")).string();
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+    pid_t pid = 0;
+    REQUIRE(posix_spawn(&pid, self.c_str(), &fa, nullptr, argv, envp.data()) == 0);
+    posix_spawn_file_actions_destroy(&fa);
+    kids.push_back(pid);
+  }
+  for (size_t k = 0; k < kids.size(); ++k) {
+    int status = 0;
+    REQUIRE(::waitpid(kids[k], &status, 0) == kids[k]);
+    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0),
+                  "child " << k << ":\n" << slurp(d.parent_path() / ("child" + std::to_string(k) + ".log")));
+  }
+  CHECK(libraries(d).size() == 1);  // one entry, published whole
+  for (const auto& e : fs::directory_iterator(d)) CHECK_MESSAGE(e.path().string().find(".tmp") == std::string::npos, e.path());
+  fs::remove_all(d);
 }
