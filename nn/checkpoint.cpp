@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +24,17 @@ void write_atomically(const fs::path& path, Write write) {
   std::error_code ec;
   fs::rename(tmp, path, ec);
   VOLT_CHECK(!ec, "save_checkpoint", "cannot move " << tmp.string() << " to " << path.string() << ": " << ec.message());
+}
+
+// A field that must be a whole number in range: JSON's 1.9, 1e30 or -1 for
+// a count would otherwise be truncated or wrapped by the conversion.
+template <class Int>
+Int whole_field(const nlohmann::json& j, const char* name, const fs::path& path, Int least) {
+  const nlohmann::json& v = j.at(name);
+  const bool fits = std::is_signed_v<Int> ? v.is_number_integer() : v.is_number_unsigned();
+  VOLT_CHECK(fits && v.get<Int>() >= least, "load_checkpoint",
+             path.string() << ": " << name << " must be a whole number >= " << least << ", got " << v.dump());
+  return v.get<Int>();
 }
 
 }  // namespace
@@ -70,17 +82,18 @@ TrainingPosition load_checkpoint(const std::string& dir, Module& module, Optimiz
   try {
     VOLT_CHECK(trainer.at("format") == "volt checkpoint 1", "load_checkpoint",
                json_path.string() << ": unknown format " << trainer.at("format").dump());
-    at.epoch = trainer.at("epoch").get<int64_t>();
-    at.step = trainer.at("step").get<int64_t>();
-    rng.seed = trainer.at("rng_seed").get<uint64_t>();
-    rng.offset = trainer.at("rng_offset").get<uint64_t>();
+    at.epoch = whole_field<int64_t>(trainer, "epoch", json_path, 1);
+    at.step = whole_field<int64_t>(trainer, "step", json_path, 0);
+    rng.seed = whole_field<uint64_t>(trainer, "rng_seed", json_path, 0);
+    rng.offset = whole_field<uint64_t>(trainer, "rng_offset", json_path, 0);
   } catch (const nlohmann::json::exception& e) {
     throw Error("load_checkpoint: " + json_path.string() + " lacks a field or has one of the wrong type: " + e.what());
   }
-  VOLT_CHECK(at.epoch >= 1 && at.step >= 0, "load_checkpoint",
-             json_path.string() << ": epoch " << at.epoch << " and step " << at.step << " are out of range");
+  // Both files are read before either is applied: a damaged optimizer file
+  // leaves the model as it was.
+  NamedTensors optimizer_state = load_tensors((root / "optimizer.safetensors").string());
   load(module, (root / "model.safetensors").string(), /*strict=*/true);
-  optimizer.load_state_dict(load_tensors((root / "optimizer.safetensors").string()));
+  optimizer.load_state_dict(optimizer_state);
   set_rng_state(rng);
   return at;
 }

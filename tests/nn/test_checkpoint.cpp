@@ -2,6 +2,8 @@
 // bit for bit where the uninterrupted run ends; optimizer state dicts round-trip.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -68,7 +70,7 @@ std::vector<std::vector<float>> values(const nn::Module& m) {
 
 TEST_CASE("checkpoint: a resumed run equals the uninterrupted run bit for bit (Adam, dropout)") {
   const auto ds = toy_data();
-  fs::path dir = fs::temp_directory_path() / "volt_test_checkpoint";
+  fs::path dir = fs::temp_directory_path() / ("volt_test_checkpoint_" + std::to_string(::getpid()));
   fs::remove_all(dir);
 
   auto whole = make_net(1);
@@ -150,7 +152,7 @@ TEST_CASE("optimizer state_dict: PyTorch's names, a round trip, and every misfit
 }
 
 TEST_CASE("load_checkpoint: a missing or damaged checkpoint is an error naming the file") {
-  fs::path dir = fs::temp_directory_path() / "volt_test_checkpoint_bad";
+  fs::path dir = fs::temp_directory_path() / ("volt_test_checkpoint_bad_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   auto net = make_net(1);
   nn::Adam opt(net->parameters());
@@ -160,5 +162,23 @@ TEST_CASE("load_checkpoint: a missing or damaged checkpoint is an error naming t
   CHECK_THROWS_WITH_AS(nn::load_checkpoint(dir.string(), *net, opt), doctest::Contains("not valid JSON"), volt::Error);
   std::ofstream(dir / "trainer.json") << "{\"format\": \"volt checkpoint 1\", \"epoch\": 1}";
   CHECK_THROWS_WITH_AS(nn::load_checkpoint(dir.string(), *net, opt), doctest::Contains("lacks a field"), volt::Error);
+  // Counts that are not whole numbers in range: refused, never truncated or wrapped.
+  nn::save_checkpoint(dir.string(), *net, opt, {2, 3});
+  for (const char* bad : {"\"epoch\": 1.9", "\"epoch\": 1e30", "\"epoch\": 0", "\"step\": -4",
+                          "\"rng_seed\": -1", "\"rng_offset\": 0.5"}) {
+    const std::string field = std::string(bad).substr(1, std::string(bad).find('"', 1) - 1);
+    std::ofstream(dir / "trainer.json")
+        << "{\"format\": \"volt checkpoint 1\", \"epoch\": 2, \"step\": 3, \"rng_seed\": 7, \"rng_offset\": 0, "
+        << "\"lr\": 0.001, " << bad << "}";
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(nn::load_checkpoint(dir.string(), *net, opt),
+                         doctest::Contains((field + " must be a whole number").c_str()), volt::Error);
+  }
+  // A damaged optimizer file fails the load before the model is touched.
+  nn::save_checkpoint(dir.string(), *make_net(7), opt, {2, 3});
+  std::ofstream(dir / "optimizer.safetensors", std::ios::trunc) << "not a safetensors file";
+  const auto before = values(*net);
+  CHECK_THROWS_AS(nn::load_checkpoint(dir.string(), *net, opt), volt::Error);
+  CHECK(values(*net) == before);
   fs::remove_all(dir);
 }
