@@ -1,8 +1,7 @@
 // The small dense pieces of the CPU flash attention (tensor/cpu/attention.cpp):
 // a register-blocked tile product and a vectorised exp, written with GCC's
 // vector extension so they compile to whatever vector width the build targets
-// (AVX-512 registers under -march=native on such a machine, AVX2 or SSE
-// halves otherwise; the compiler splits a wide vector into narrower ones).
+// (64-byte vectors where the build targets AVX-512, 32 with AVX, 16 otherwise).
 //
 // Every product in attention is one of C (M x N) += A (M x K) * B (K x N)
 // with small M, N (a block of 32 query rows or 64 keys, or head_dim) and the
@@ -27,8 +26,11 @@ namespace volt::cpu::attention_tiles {
 #ifdef __AVX512F__
 constexpr int kVecBytes = 64;
 constexpr int kVecs = 4;  // vectors of C per row of the register tile
-#else
+#elif defined(__AVX__)
 constexpr int kVecBytes = 32;
+constexpr int kVecs = 2;
+#else
+constexpr int kVecBytes = 16;
 constexpr int kVecs = 2;
 #endif
 constexpr int kRows = 4;  // rows of C per register tile
