@@ -14,22 +14,30 @@
 //   dS = P o (dP - D),   dQ += dS K scale,   dK += dS^T Q scale
 // where Z is dropout's keep-and-rescale factor (1 without dropout).
 //
-// Inner loops run over a key block's columns or over head_dim with unit
-// stride and no reduction, so the compiler vectorises them: the key and value
-// blocks are transposed once per block for the loops that would otherwise be
-// dot products.
+// Both directions work on tiles: a block of kBr query rows against a block of
+// kBc keys.  Each product (S = Q K^T, O += P V, dP = dO V^T, dQ += dS K,
+// dK += dS^T Q, dV += (P o Z)^T dO) is one call of the register-blocked tile
+// product of attention_tiles.h.  The key and value blocks are transposed once
+// per block so that every product reads its right-hand side row by row; the
+// left-hand sides dS^T and (P o Z)^T are read in place, an element at a time.
+// Between the products, the per-row softmax steps (max, exp, sum) run a vector
+// at a time; exp of f32 is the vectorised polynomial of attention_tiles.h,
+// f64 keeps the library's exp.
 #include <volt/tensor/cpu/attention.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include <volt/tensor/cpu/attention_tiles.h>
 #include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/random.h>
 
 namespace volt::cpu {
 
 namespace {
+
+namespace tiles = attention_tiles;
 
 constexpr int64_t kBr = 32;  // query rows per forward task
 constexpr int64_t kBc = 64;  // keys per block
@@ -82,28 +90,62 @@ void transpose_block(const T* src, int64_t n, int64_t cols, T* dst) {
     for (int64_t e = 0; e < cols; ++e) dst[e * kBc + c] = T(0);
 }
 
-// s[c] = scale * q . k_c for the block's keys, -inf where the causal mask hides key j0 + c from row i.
+// Row i's raw dot products s[c] (c < n) become scale * s[c], -inf where the causal mask hides key j0 + c.
 template <class T>
-void scores(const T* q, const T* kt, int64_t E, int64_t n, T scale, bool causal, int64_t i, int64_t j0, T* s) {
-  for (int64_t c = 0; c < kBc; ++c) s[c] = T(0);
-  for (int64_t e = 0; e < E; ++e) {
-    const T qe = q[e];
-    const T* ke = kt + e * kBc;
-    for (int64_t c = 0; c < kBc; ++c) s[c] += qe * ke[c];
-  }
+void scale_and_mask(T* s, int64_t n, T scale, bool causal, int64_t i, int64_t j0) {
   for (int64_t c = 0; c < n; ++c) s[c] *= scale;
   const T inf = std::numeric_limits<T>::infinity();
   for (int64_t c = causal ? std::max<int64_t>(0, i - j0 + 1) : n; c < n; ++c) s[c] = -inf;
 }
 
-// One forward task: query rows [i0, i1) of head bh.
+// The largest of s[0, n), with one running max per vector lane.
+template <class T>
+T row_max(const T* s, int64_t n, T init) {
+  constexpr int64_t W = tiles::kWidth<T>;
+  tiles::V<T> mv = tiles::splat(init);
+  int64_t c = 0;
+  for (; c + W <= n; c += W) {
+    const tiles::V<T> x = tiles::load(s + c);
+    mv = x > mv ? x : mv;
+  }
+  T mx = init;
+  for (int64_t w = 0; w < W; ++w) mx = std::max(mx, mv[w]);
+  for (; c < n; ++c) mx = std::max(mx, s[c]);
+  return mx;
+}
+
+// The sum of s[0, n), with one running sum per vector lane.
+template <class T>
+T row_sum(const T* s, int64_t n) {
+  constexpr int64_t W = tiles::kWidth<T>;
+  tiles::V<T> sv = tiles::splat(T(0));
+  int64_t c = 0;
+  for (; c + W <= n; c += W) sv += tiles::load(s + c);
+  T sum = 0;
+  for (int64_t w = 0; w < W; ++w) sum += sv[w];
+  for (; c < n; ++c) sum += s[c];
+  return sum;
+}
+
+// Scratch of a forward task: the transposed key block and the score tile of
+// its kBr rows, one kBc-wide row each (rows past the block's keys unused).
+template <class T>
+struct ForwardScratch {
+  std::vector<T> kt, s, z, acc, m, l;
+  ForwardScratch(const Dims& d, int64_t rows)
+      : kt(d.E * kBc), s(kBr * kBc), z(kBc, T(1)), acc(rows * d.Ev, T(0)),
+        m(rows, -std::numeric_limits<T>::infinity()), l(rows, T(0)) {}
+};
+
+// One forward task: query rows [i0, i1) of head bh.  Per key block: the score
+// tile S = Q K^T of all the rows at once, then per row the online softmax
+// (turning S's row into P o Z in place), then acc += (P o Z) V as one tile product.
 template <class T>
 void forward_rows(const T* Q, const T* K, const T* V, T* O, T* lse, const Dims& d, const FlashParams& p,
                   int64_t bh, int64_t i0, int64_t i1) {
   const T scale = static_cast<T>(p.scale);
   const int64_t rows = i1 - i0;
-  std::vector<T> kt(d.E * kBc), s(kBc), z(kBc, T(1)), acc(rows * d.Ev, T(0));
-  std::vector<T> m(rows, -std::numeric_limits<T>::infinity()), l(rows, T(0));
+  ForwardScratch<T> w(d, rows);
   const DropoutMask<T> drop(p, bh, d.L, d.S);
   const T* Qh = Q + bh * d.L * d.E;
   const T* Kh = K + bh * d.S * d.E;
@@ -111,37 +153,36 @@ void forward_rows(const T* Q, const T* K, const T* V, T* O, T* lse, const Dims& 
   const int64_t key_end = p.causal ? std::min(d.S, i1) : d.S;  // row i sees keys j <= i
   for (int64_t j0 = 0; j0 < key_end; j0 += kBc) {
     const int64_t n = std::min(kBc, key_end - j0);
-    transpose_block(Kh + j0 * d.E, n, d.E, kt.data());
-    for (int64_t r = 0; r < rows; ++r) {
+    // Rows before j0 see none of the block's keys (causal): they start at r0.
+    const int64_t r0 = p.causal ? std::clamp<int64_t>(j0 - i0, 0, rows) : 0;
+    transpose_block(Kh + j0 * d.E, n, d.E, w.kt.data());
+    T* S = w.s.data() + r0 * kBc;
+    std::fill(S, w.s.data() + rows * kBc, T(0));
+    tiles::gemm_acc(Qh + (i0 + r0) * d.E, d.E, w.kt.data(), kBc, S, kBc, rows - r0, d.E, kBc);
+    for (int64_t r = r0; r < rows; ++r) {
       const int64_t i = i0 + r;
-      if (p.causal && j0 > i) continue;  // every key of the block is in this row's future
-      scores(Qh + i * d.E, kt.data(), d.E, n, scale, p.causal, i, j0, s.data());
-      T mx = m[r];
-      for (int64_t c = 0; c < n; ++c) mx = std::max(mx, s[c]);
-      const T alpha = std::exp(m[r] - mx);  // 0 on the first block (m = -inf)
-      T sum = 0;
-      for (int64_t c = 0; c < n; ++c) {
-        s[c] = std::exp(s[c] - mx);
-        sum += s[c];
+      T* s = w.s.data() + r * kBc;
+      scale_and_mask(s, n, scale, p.causal, i, j0);
+      const T mx = row_max(s, n, w.m[r]);
+      const T alpha = tiles::exp_one(w.m[r] - mx);  // 0 on the first block (m = -inf)
+      tiles::exp_shifted(s, n, mx);
+      w.l[r] = w.l[r] * alpha + row_sum(s, n);
+      w.m[r] = mx;
+      if (drop.on) {
+        drop.row(i, j0, n, w.z.data());
+        for (int64_t c = 0; c < n; ++c) s[c] *= w.z[c];
       }
-      l[r] = l[r] * alpha + sum;
-      m[r] = mx;
-      if (drop.on) drop.row(i, j0, n, z.data());
-      T* o = acc.data() + r * d.Ev;
+      T* o = w.acc.data() + r * d.Ev;
       for (int64_t e = 0; e < d.Ev; ++e) o[e] *= alpha;
-      for (int64_t c = 0; c < n; ++c) {
-        const T w = s[c] * z[c];
-        const T* vc = Vh + (j0 + c) * d.Ev;
-        for (int64_t e = 0; e < d.Ev; ++e) o[e] += w * vc[e];
-      }
     }
+    tiles::gemm_acc(S, kBc, Vh + j0 * d.Ev, d.Ev, w.acc.data() + r0 * d.Ev, d.Ev, rows - r0, n, d.Ev);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = i0 + r;
     T* out = O + (bh * d.L + i) * d.Ev;
-    const T inv = l[r] > 0 ? T(1) / l[r] : T(0);
-    for (int64_t e = 0; e < d.Ev; ++e) out[e] = acc[r * d.Ev + e] * inv;
-    lse[bh * d.L + i] = m[r] + std::log(l[r]);
+    const T inv = w.l[r] > 0 ? T(1) / w.l[r] : T(0);
+    for (int64_t e = 0; e < d.Ev; ++e) out[e] = w.acc[r * d.Ev + e] * inv;
+    lse[bh * d.L + i] = w.m[r] + std::log(w.l[r]);
   }
 }
 
@@ -151,61 +192,73 @@ struct BackwardArgs {
   T *dQ, *dK, *dV;
 };
 
-// One backward task: every gradient of head bh.
+// Scratch of a backward task: the transposed key and value blocks, and for a
+// block of kBr query rows the tiles P (then dS), dP and P o Z.
+template <class T>
+struct BackwardScratch {
+  std::vector<T> D, kt, vt, s, dp, pz, z;
+  explicit BackwardScratch(const Dims& d)
+      : D(d.L), kt(d.E * kBc), vt(d.Ev * kBc), s(kBr * kBc), dp(kBr * kBc), pz(kBr * kBc), z(kBc, T(1)) {}
+};
+
+// P, dP and dS for query rows [i0, i0 + rows) against the key block at j0 (n keys).
+template <class T>
+void backward_tiles(const BackwardArgs<T>& a, const Dims& d, const FlashParams& p, const DropoutMask<T>& drop,
+                    int64_t bh, int64_t j0, int64_t n, int64_t i0, int64_t rows, BackwardScratch<T>& w) {
+  const T scale = static_cast<T>(p.scale);
+  const T* lse = a.lse + bh * d.L;
+  std::fill(w.s.begin(), w.s.end(), T(0));
+  std::fill(w.dp.begin(), w.dp.end(), T(0));
+  tiles::gemm_acc(a.Q + (bh * d.L + i0) * d.E, d.E, w.kt.data(), kBc, w.s.data(), kBc, rows, d.E, kBc);
+  tiles::gemm_acc(a.dO + (bh * d.L + i0) * d.Ev, d.Ev, w.vt.data(), kBc, w.dp.data(), kBc, rows, d.Ev, kBc);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r;
+    T* s = w.s.data() + r * kBc;
+    T* dp = w.dp.data() + r * kBc;
+    scale_and_mask(s, n, scale, p.causal, i, j0);
+    tiles::exp_shifted(s, n, lse[i]);  // P; 0 where masked
+    if (drop.on) drop.row(i, j0, n, w.z.data());
+    T* pz = w.pz.data() + r * kBc;
+    for (int64_t c = 0; c < n; ++c) {
+      pz[c] = s[c] * w.z[c];
+      s[c] = s[c] * (dp[c] * w.z[c] - w.D[i]) * scale;  // dS, scaled
+    }
+  }
+}
+
+// One backward task: every gradient of head bh.  Per key block and block of
+// kBr query rows: the tiles of backward_tiles, then
+//   dV_blk += (P o Z)^T dO_rows,  dQ_rows += dS K_blk,  dK_blk += dS^T Q_rows.
 template <class T>
 void backward_head(const BackwardArgs<T>& a, const Dims& d, const FlashParams& p, int64_t bh) {
-  const T scale = static_cast<T>(p.scale);
   const T* Qh = a.Q + bh * d.L * d.E;
   const T* Kh = a.K + bh * d.S * d.E;
   const T* Vh = a.V + bh * d.S * d.Ev;
   const T* dOh = a.dO + bh * d.L * d.Ev;
-  const T* lse = a.lse + bh * d.L;
   T* dQh = a.dQ + bh * d.L * d.E;
   T* dKh = a.dK + bh * d.S * d.E;
   T* dVh = a.dV + bh * d.S * d.Ev;
   std::fill(dQh, dQh + d.L * d.E, T(0));
   std::fill(dKh, dKh + d.S * d.E, T(0));
   std::fill(dVh, dVh + d.S * d.Ev, T(0));
-  std::vector<T> D(d.L), kt(d.E * kBc), vt(d.Ev * kBc), s(kBc), z(kBc, T(1)), dp(kBc);
+  BackwardScratch<T> w(d);
   for (int64_t i = 0; i < d.L; ++i) {  // D = rowsum(dO o O)
     const T* o = a.O + (bh * d.L + i) * d.Ev;
     T sum = 0;
     for (int64_t e = 0; e < d.Ev; ++e) sum += dOh[i * d.Ev + e] * o[e];
-    D[i] = sum;
+    w.D[i] = sum;
   }
   const DropoutMask<T> drop(p, bh, d.L, d.S);
   for (int64_t j0 = 0; j0 < d.S; j0 += kBc) {
     const int64_t n = std::min(kBc, d.S - j0);
-    transpose_block(Kh + j0 * d.E, n, d.E, kt.data());
-    transpose_block(Vh + j0 * d.Ev, n, d.Ev, vt.data());
-    for (int64_t i = p.causal ? j0 : 0; i < d.L; ++i) {
-      const T* q = Qh + i * d.E;
-      const T* g = dOh + i * d.Ev;
-      scores(q, kt.data(), d.E, n, scale, p.causal, i, j0, s.data());
-      for (int64_t c = 0; c < n; ++c) s[c] = std::exp(s[c] - lse[i]);  // P; 0 where masked
-      if (drop.on) drop.row(i, j0, n, z.data());
-      for (int64_t c = 0; c < n; ++c) {  // dV += (P o Z)^T dO
-        const T w = s[c] * z[c];
-        T* dv = dVh + (j0 + c) * d.Ev;
-        for (int64_t e = 0; e < d.Ev; ++e) dv[e] += w * g[e];
-      }
-      for (int64_t c = 0; c < kBc; ++c) dp[c] = T(0);
-      for (int64_t e = 0; e < d.Ev; ++e) {  // dP = dO V^T
-        const T ge = g[e];
-        const T* ve = vt.data() + e * kBc;
-        for (int64_t c = 0; c < kBc; ++c) dp[c] += ge * ve[c];
-      }
-      for (int64_t c = 0; c < n; ++c) dp[c] = s[c] * (dp[c] * z[c] - D[i]) * scale;  // dS, scaled
-      T* dq = dQh + i * d.E;
-      for (int64_t c = 0; c < n; ++c) {
-        const T w = dp[c];
-        const T* kc = Kh + (j0 + c) * d.E;
-        T* dk = dKh + (j0 + c) * d.E;
-        for (int64_t e = 0; e < d.E; ++e) {
-          dq[e] += w * kc[e];
-          dk[e] += w * q[e];
-        }
-      }
+    transpose_block(Kh + j0 * d.E, n, d.E, w.kt.data());
+    transpose_block(Vh + j0 * d.Ev, n, d.Ev, w.vt.data());
+    for (int64_t i0 = p.causal ? j0 : 0; i0 < d.L; i0 += kBr) {
+      const int64_t rows = std::min(kBr, d.L - i0);
+      backward_tiles(a, d, p, drop, bh, j0, n, i0, rows, w);
+      tiles::gemm_acc_t(w.pz.data(), kBc, dOh + i0 * d.Ev, d.Ev, dVh + j0 * d.Ev, d.Ev, n, rows, d.Ev);
+      tiles::gemm_acc(w.s.data(), kBc, Kh + j0 * d.E, d.E, dQh + i0 * d.E, d.E, rows, n, d.E);
+      tiles::gemm_acc_t(w.s.data(), kBc, Qh + i0 * d.E, d.E, dKh + j0 * d.E, d.E, n, rows, d.E);
     }
   }
 }
