@@ -110,13 +110,15 @@ RowRegion analyse(const BoundSymbol& f) {
   return R;
 }
 
-const char* acc_init(OpId op) {
-  return op == OpId::sum ? "0" : op == OpId::amax ? "volt_lowest<" : "volt_highest<";
-}
-
 // The accumulator of a reduction: f64 for sums (as the eager kernels), else the value's type.
 std::string acc_type(const BoundSymbol& p) {
   return p.call.op == OpId::sum ? "double" : dtype_c_type(p.outputs[0].dtype());
+}
+
+// What it starts from: 0, or the extreme a max or min cannot return.
+std::string acc_init(const BoundSymbol& p) {
+  if (p.call.op == OpId::sum) return "0";
+  return std::string(p.call.op == OpId::amax ? "volt_lowest<" : "volt_highest<") + acc_type(p) + ">()";
 }
 
 class RowRenderer {
@@ -205,9 +207,7 @@ class RowRenderer {
     for (const BoundSymbol* p : reductions) {
       const std::string acc = "acc_" + name_(p->outputs[0]);
       const std::string t = acc_type(*p);
-      std::string init = acc_init(p->call.op);
-      if (p->call.op != OpId::sum) init += t + ">()";
-      os_ << "    " << t << " " << acc << " = " << init << ";\n";
+      os_ << "    " << t << " " << acc << " = " << acc_init(*p) << ";\n";
       clauses += p->call.op == OpId::sum ? " reduction(+ : " + acc + ")"
                                          : std::string(" reduction(volt_") + (p->call.op == OpId::amax ? "max" : "min") +
                                                "_" + dtype_name(p->outputs[0].dtype()) + " : " + acc + ")";
