@@ -112,6 +112,13 @@ TextBatch TextWindows::batch(int64_t batch_size, Device device) {
   return {x, y};
 }
 
+void TextWindows::skip(int64_t batches, int64_t batch_size) {
+  VOLT_CHECK(batches >= 0 && batch_size > 0, "TextWindows::skip",
+             "expected batches >= 0 and batch_size > 0, got " << batches << " and " << batch_size);
+  for (int64_t i = 0; i < batches; ++i)
+    for (int64_t r = 0; r < batch_size; ++r) draw_start();
+}
+
 TextBatch TextWindows::window(int64_t start) const {
   VOLT_CHECK(start >= 0 && start < num_windows(), "TextWindows::window",
              "start " << start << " is out of range: this split of " << size() << " bytes has windows of " << block_

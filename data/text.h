@@ -65,6 +65,9 @@ class TextWindows {
   TextBatch batch(int64_t batch_size, Device device = kCPU);
   // The window starting at byte `start` of this split: (1, block) each.
   TextBatch window(int64_t start) const;
+  // Advances the generator past `batches` calls of batch(batch_size) without
+  // making them: a resumed run draws the batches it would have drawn.
+  void skip(int64_t batches, int64_t batch_size);
   // Restarts the generator: the batches that follow are those of a new TextWindows with this seed.
   void seed(uint64_t seed) { rng_.seed(seed); }
 

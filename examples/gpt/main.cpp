@@ -9,6 +9,9 @@
 //   gpt --steps 200 --sample 500 --temperature 0.8 --top-k 40
 //   gpt --n-layer 2 --n-embd 64 --block-size 64   # a smaller model (nanoGPT's config names)
 //   gpt --log-json run.jsonl --plot curves.svg --save ckpt   # what a run leaves behind
+//   gpt --save ckpt --save-every 500    # a checkpoint every 500 steps and at the end
+//   gpt --resume ckpt                   # goes on from it, drawing the batches it would have drawn
+//   mpirun -np 2 gpt --distributed      # data-parallel: each rank its own windows, gradients averaged
 //
 // AdamW (lr 1e-3, betas (0.9, 0.95), weight decay 0.1 on the 2-D weights only),
 // 100 warm-up steps then cosine to 1e-4 at the last step, gradients clipped
@@ -32,9 +35,11 @@
 #include <volt/jit/lazy/lazy.h>
 #include <volt/jit/step/step.h>
 #include <volt/nn/adamw.h>
+#include <volt/nn/checkpoint.h>
 #include <volt/nn/clip_grad.h>
 #include <volt/nn/gpt.h>
 #include <volt/nn/lr_schedule.h>
+#include <volt/nn/parallel/ddp.h>
 #include <volt/nn/serialize.h>
 #include <volt/tensor/backend.h>
 #include <volt/tensor/ops.h>
@@ -58,7 +63,9 @@ struct Options {
   std::string device;  // empty: cuda when available, else cpu
   bool jit = true;
   bool step = false;
-  std::string log_json, plot, save, prompt = "The ";
+  bool distributed = false;  // under mpirun: each rank its own windows, gradients averaged
+  int64_t save_every = 0;    // 0: a checkpoint at the end only
+  std::string log_json, plot, save, resume, prompt = "The ";
   nn::GPTConfig model;  // vocab 256, block 128, 4 layers, 4 heads, width 128, dropout 0
 };
 
@@ -94,7 +101,12 @@ Options parse_args(int argc, char** argv) {
   app.add_flag("--eager", eager, "run the model eagerly");
   app.add_option("--log-json", o.log_json, "write one JSON object per evaluation to FILE");
   app.add_option("--plot", o.plot, "draw the training and validation loss curves into FILE.svg");
-  app.add_option("--save", o.save, "save the model as DIR/model.safetensors (nanoGPT's names) at the end");
+  app.add_option("--save", o.save,
+                 "keep a checkpoint in DIR at the end: model.safetensors (nanoGPT's names), the optimizer, the position");
+  app.add_option("--save-every", o.save_every, "with --save: a checkpoint every N steps too")->check(positive);
+  app.add_option("--resume", o.resume, "go on from the checkpoint in DIR (the same flags as the run that saved it)");
+  app.add_flag("--distributed", o.distributed,
+               "data-parallel under mpirun: each rank trains on its own windows, gradients averaged over ranks");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -102,6 +114,7 @@ Options parse_args(int argc, char** argv) {
   }
   if (eager && app.count("--jit")) usage_error("--eager and --jit exclude each other");
   if (o.prompt.empty()) usage_error("--prompt must not be empty");
+  if (o.save_every > 0 && o.save.empty()) usage_error("--save-every needs --save DIR");
   o.jit = !eager;
   o.step = o.jit && jit_kind == "step";
   return o;
@@ -118,6 +131,7 @@ Device pick_device(const Options& o) {
   }
   if (d.is_cuda() && !have_cuda) usage_error("--device " + o.device + ": no CUDA backend here; use cpu");
   if (d == kLazy && o.step) usage_error("--device lazy records every step already; use it without --jit step");
+  if (d == kLazy && o.distributed) usage_error("--distributed runs on cpu or cuda, not on the lazy device");
   return d;
 }
 
@@ -178,11 +192,18 @@ struct Trainer {
   nn::AdamW opt;
   nn::WarmupCosineLR schedule;
   std::unique_ptr<jit::CompiledStep> compiled;
+  int64_t start = 0;  // steps taken before this run (--resume)
+  bool lead = true;   // the rank that evaluates, prints and saves
 
-  Trainer(const Options& options, nn::GPT& model, Device d, LossFn loss)
+  Trainer(const Options& options, nn::GPT& model, Device d, LossFn loss, bool lead_rank)
       : o(options), gpt(model), device(d), loss_of(std::move(loss)),
         opt(nn::weight_decay_groups(model.parameters(), 0.1), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95}),
-        schedule({.max_lr = 1e-3, .min_lr = 1e-4, .warmup = 100, .decay_steps = std::max<int64_t>(options.steps, 101)}) {
+        schedule({.max_lr = 1e-3, .min_lr = 1e-4, .warmup = 100, .decay_steps = std::max<int64_t>(options.steps, 101)}),
+        lead(lead_rank) {
+    if (!o.resume.empty()) {  // before the step is compiled, so it starts from the loaded state
+      start = nn::load_checkpoint(o.resume, gpt, opt).step;
+      std::printf("resumed from %s: after step %lld\n", o.resume.c_str(), (long long)start);
+    }
     if (o.step)
       compiled = std::make_unique<jit::CompiledStep>(jit::compile_step(
           [this](const Tensor& x, const Tensor& y) { return body(x, y); }, {.state = {gpt, opt}}));
@@ -204,24 +225,38 @@ struct Trainer {
     if (device == kLazy) lazy::mark_step();
     return loss;
   }
+
+  // A checkpoint after `steps` steps (the lead rank's: every rank holds the same state).
+  void save(int64_t steps) {
+    if (!lead) return;
+    nn::save_checkpoint(o.save, gpt, opt, {.epoch = 1, .step = steps});
+    std::printf("checkpoint after step %lld: %s (resume with --resume %s)\n", (long long)steps, o.save.c_str(),
+                o.save.c_str());
+  }
 };
 
 // Trains o.steps steps; returns false when the loss stopped being finite.
 bool train(Trainer& t, data::TextWindows& train_set, const std::vector<data::TextBatch>& val, const LossFn& eval_loss,
            examples::JsonLog& log, examples::Curves& curves) {
   const Options& o = t.o;
-  const double tokens_per_step = double(o.batch_size * t.gpt.config().block_size);
-  double v = val_loss(t.gpt, eval_loss, val, t.device);
-  std::printf("step 0: val loss %.4f\n", v);
-  log.write({{"step", 0}, {"val_loss", v}});
-  curves.accuracy.push_back({0.0, v});
+  // Every rank's batch: the tokens of one step of the whole run.
+  const double tokens_per_step = double(o.batch_size * t.gpt.config().block_size * (o.distributed ? dist::world_size() : 1));
+  train_set.skip(t.start, o.batch_size);  // the batches the steps before the checkpoint drew
+  double v = t.lead ? val_loss(t.gpt, eval_loss, val, t.device) : 0.0;
+  std::printf("step %lld: val loss %.4f\n", (long long)t.start, v);
+  log.write({{"step", t.start}, {"val_loss", v}});
+  curves.accuracy.push_back({double(t.start), v});
   auto t0 = Clock::now();
   int64_t since = 0;
   double train_seconds = 0;
-  for (int64_t i = 1; i <= o.steps; ++i) {
+  for (int64_t i = t.start + 1; i <= o.steps; ++i) {
     Tensor loss = t.step(i - 1, train_set.batch(o.batch_size));
     ++since;
-    if (i % o.eval_every != 0 && i != o.steps) continue;
+    const bool checkpoint = !o.save.empty() && ((o.save_every > 0 && i % o.save_every == 0) || i == o.steps);
+    if (i % o.eval_every != 0 && i != o.steps) {
+      if (checkpoint) t.save(i);
+      continue;
+    }
     const double train_loss = loss.item<double>();  // waits for the step
     const double seconds = seconds_since(t0);
     train_seconds += seconds;
@@ -229,7 +264,7 @@ bool train(Trainer& t, data::TextWindows& train_set, const std::vector<data::Tex
       std::printf("loss became %f at step %lld; stopping\n", train_loss, (long long)i);
       return false;
     }
-    v = val_loss(t.gpt, eval_loss, val, t.device);
+    if (t.lead) v = val_loss(t.gpt, eval_loss, val, t.device);
     const double rate = since * tokens_per_step / std::max(seconds, 1e-9);
     std::printf("step %lld: train loss %.4f, val loss %.4f, lr %.2e, %.0f tokens/s\n", (long long)i, train_loss, v,
                 t.opt.lr(), rate);
@@ -237,12 +272,16 @@ bool train(Trainer& t, data::TextWindows& train_set, const std::vector<data::Tex
     log.write({{"step", i}, {"loss", train_loss}, {"val_loss", v}, {"lr", t.opt.lr()}, {"tokens_per_s", rate}});
     curves.loss.push_back({double(i), train_loss});
     curves.accuracy.push_back({double(i), v});
+    if (checkpoint) t.save(i);
     since = 0;
     t0 = Clock::now();
   }
-  if (o.steps > 0)
-    std::printf("trained %lld steps in %.1f s: %.0f tokens/s\n", (long long)o.steps, train_seconds,
-                o.steps * tokens_per_step / std::max(train_seconds, 1e-9));
+  const int64_t trained = std::max<int64_t>(o.steps - t.start, 0);
+  if (trained > 0)
+    std::printf("trained %lld steps in %.1f s: %.0f tokens/s\n", (long long)trained, train_seconds,
+                trained * tokens_per_step / std::max(train_seconds, 1e-9));
+  else if (!o.save.empty())
+    t.save(t.start);  // nothing left to train: the checkpoint as loaded
   return true;
 }
 
@@ -259,10 +298,29 @@ void sample(nn::GPT& gpt, const Options& o, Device device) {
 
 }  // namespace
 
+// Under --distributed: whether every rank ends with the same parameters (DDP's promise), by their sums.
+bool same_on_every_rank(nn::GPT& gpt) {
+  std::vector<double> sums;
+  for (const Tensor& p : gpt.parameters()) sums.push_back(p.to(kCPU).to(DType::f64).sum().item<double>());
+  const int64_t n = static_cast<int64_t>(sums.size());
+  std::vector<double> all = dist::all_gather(Tensor::from_vector(sums, {n})).to_vector<double>();
+  for (size_t i = 0; i < all.size(); ++i)
+    if (all[i] != sums[i % sums.size()]) return false;
+  return true;
+}
+
 int main(int argc, char** argv) {
   const Options o = parse_args(argc, argv);
-  const Device device = pick_device(o);
+  Device device = pick_device(o);
   try {
+    int rank = 0;
+    if (o.distributed) {
+      dist::init();
+      rank = dist::rank();
+      if (device.is_cuda()) device = Device::cuda(dist::local_rank() % cuda::device_count());
+      // Rank 0 alone prints (errors still reach stderr from every rank).
+      if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) usage_error("cannot silence rank " + std::to_string(rank));
+    }
     const std::string path = o.data_dir + "/brown.txt";
     if (!std::filesystem::exists(path)) {
       std::cerr << "gpt: " << path << " not found: run data/fetch_brown.sh (or pass --data-dir DIR)\n";
@@ -270,7 +328,8 @@ int main(int argc, char** argv) {
     }
     const nn::GPTConfig config = o.model;
     const std::string text = data::load_text(path, config.block_size);
-    data::TextWindows train_set(text, config.block_size, data::Split::train, o.seed, path);
+    // Each rank draws its own windows (rank 0 those of a run without --distributed).
+    data::TextWindows train_set(text, config.block_size, data::Split::train, o.seed + 1000003ull * uint64_t(rank), path);
     data::TextWindows val_set(text, config.block_size, data::Split::val, o.seed + 1000, path);
     std::vector<data::TextBatch> val;
     for (int64_t i = 0; i < kValBatches; ++i) val.push_back(val_set.batch(o.batch_size));
@@ -278,6 +337,14 @@ int main(int argc, char** argv) {
     manual_seed(o.seed);
     auto gpt = std::make_shared<nn::GPT>(config);
     gpt->to(device);
+    // Rank 0's initial parameters on every rank; gradients averaged over ranks in backward.
+    std::unique_ptr<dist::DistributedDataParallel> ddp;
+    if (o.distributed) {
+      ddp = std::make_unique<dist::DistributedDataParallel>(*gpt);
+      std::printf("data-parallel: %d ranks x batch %lld = global batch %lld, %zu gradient bucket(s) over %s\n",
+                  dist::world_size(), (long long)o.batch_size, (long long)(dist::world_size() * o.batch_size),
+                  ddp->buckets().size(), dist::backend_name(device).c_str());
+    }
     std::cout << *gpt << "\n";
     std::printf("device %s, mode %s, %lld parameters (%.2f M), %lld training bytes, %lld validation bytes\n",
                 device.str().c_str(), o.step ? "compiled step" : o.jit ? "module jit" : "eager",
@@ -293,7 +360,7 @@ int main(int argc, char** argv) {
     examples::JsonLog log;
     if (!o.log_json.empty()) log = examples::JsonLog(o.log_json);
     // The compiled step traces the eager model itself; evaluation uses the module jit.
-    Trainer trainer(o, *gpt, device, o.step ? eager_loss : loss_of);
+    Trainer trainer(o, *gpt, device, o.step ? eager_loss : loss_of, rank == 0);
     examples::Curves curves;
     curves.second_title = "validation loss";
     curves.second_xlabel = "step";
@@ -309,15 +376,16 @@ int main(int argc, char** argv) {
     else if (o.jit && device != kLazy && jit::cache_misses(*jitted) > 0)
       std::printf("jit: the loss compiled %lld time(s), %lld cache hits\n", (long long)jit::cache_misses(*jitted),
                   (long long)jit::cache_hits(*jitted));
-    if (!o.save.empty()) {
-      std::filesystem::create_directories(o.save);
-      const std::string file = o.save + "/model.safetensors";
-      nn::save(*gpt, file);
-      std::printf("saved: %s\n", file.c_str());
+    if (o.distributed) {
+      const bool same = same_on_every_rank(*gpt);
+      std::printf("data-parallel: the parameters are %s on every rank\n", same ? "the same" : "NOT the same");
+      if (!same) return 1;
     }
-    sample(*gpt, o, device);
+    if (rank == 0) sample(*gpt, o, device);
     return finished ? 0 : 1;
   } catch (const Error& e) {
+    // The other ranks would wait for this one in their next all-reduce.
+    if (o.distributed && dist::is_initialized()) dist::abort(std::string("gpt: ") + e.what());
     std::cerr << "gpt: " << e.what() << "\n";
     return 1;
   }

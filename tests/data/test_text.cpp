@@ -133,6 +133,18 @@ TEST_CASE("TextWindows: the same seed gives the same batches, another seed other
   CHECK(a.batch(4).inputs.to_vector<int64_t>() == a1.inputs.to_vector<int64_t>());
 }
 
+TEST_CASE("TextWindows: skip(n, b) draws what n calls of batch(b) would, and checks its arguments") {
+  const std::string text = letters();
+  data::TextWindows a(text, 16, data::Split::train, 5), b(text, 16, data::Split::train, 5);
+  for (int i = 0; i < 3; ++i) a.batch(4);
+  b.skip(3, 4);
+  CHECK(a.batch(4).inputs.to_vector<int64_t>() == b.batch(4).inputs.to_vector<int64_t>());
+  b.skip(0, 4);  // nothing
+  CHECK(a.batch(2).targets.to_vector<int64_t>() == b.batch(2).targets.to_vector<int64_t>());
+  CHECK(message([&] { b.skip(-1, 4); }).find("TextWindows::skip") != std::string::npos);
+  CHECK(message([&] { b.skip(1, 0); }).find("batch_size > 0") != std::string::npos);
+}
+
 TEST_CASE("TextWindows: a text too short for a window in each split is an error naming it") {
   CHECK(data::TextWindows::min_bytes(8) == 81);
   CHECK_NOTHROW(data::TextWindows(letters(81), 8, data::Split::val));

@@ -11,6 +11,8 @@
 #include <iterator>
 #include <string>
 
+#include <unistd.h>
+
 #include <volt/nn/serialize.h>
 
 namespace {
@@ -21,7 +23,7 @@ Run run(const std::string& args) { return volt::testing::run_example("gpt " + ar
 
 // A few kilobytes of English-like text, enough for windows of 128 in both splits.
 std::filesystem::path small_corpus() {
-  auto dir = std::filesystem::temp_directory_path() / "volt_test_gpt_example";
+  auto dir = std::filesystem::temp_directory_path() / ("volt_test_gpt_example" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream out(dir / "brown.txt");
   for (int i = 0; i < 60; ++i)
@@ -67,6 +69,49 @@ TEST_CASE("examples: gpt trains a few steps in each mode and samples from the pr
   CHECK(head);
   CHECK(saved.size() == 2 + 2 * 12 + 2 + 1);  // wte, wpe; 12 per block; ln_f; lm_head
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("examples: gpt stopped after 3 steps and resumed to 6 ends as one run of 6 steps, in each mode") {
+  const auto dir = small_corpus();
+  const std::string common = "--data-dir " + dir.string() +
+                             " --eval-every 2 --batch-size 2 --sample 0 --n-layer 1 --n-head 2 --n-embd 32 --block-size 16 ";
+  for (const std::string mode : {"--device cpu --eager", "--device cpu --jit step", "--device lazy"}) {
+    CAPTURE(mode);
+    const std::string whole = (dir / "whole").string(), half = (dir / "half").string();
+    Run a = run(common + mode + " --steps 6 --save " + whole);
+    INFO(a.out);
+    REQUIRE(a.status == 0);
+    CHECK(a.out.find("checkpoint after step 6: " + whole) != std::string::npos);
+    Run b = run(common + mode + " --steps 3 --save " + half + " --save-every 2");
+    INFO(b.out);
+    REQUIRE(b.status == 0);
+    CHECK(b.out.find("checkpoint after step 2: ") != std::string::npos);  // --save-every
+    CHECK(b.out.find("checkpoint after step 3: ") != std::string::npos);  // the end
+    Run c = run(common + mode + " --steps 6 --resume " + half + " --save " + half);
+    INFO(c.out);
+    REQUIRE(c.status == 0);
+    CHECK(c.out.find("resumed from " + half + ": after step 3") != std::string::npos);
+    CHECK(c.out.find("step 3: val loss") != std::string::npos);
+    CHECK(c.out.find("step 2: train loss") == std::string::npos);  // the steps before were not trained again
+    // The same schedule, batches and moments: the same parameters, bit for bit.
+    auto x = volt::nn::load_tensors(whole + "/model.safetensors"), y = volt::nn::load_tensors(half + "/model.safetensors");
+    REQUIRE(x.size() == y.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      CAPTURE(x[i].first);
+      CHECK(x[i].first == y[i].first);
+      CHECK(x[i].second.to_vector<float>() == y[i].second.to_vector<float>());
+    }
+    std::filesystem::remove_all(whole);
+    std::filesystem::remove_all(half);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("examples: gpt --save-every without --save, and --distributed on the lazy device, are usage errors") {
+  CHECK(run("--save-every 5 --steps 1").status == 2);
+  Run r = run("--device lazy --distributed --steps 1");
+  CHECK(r.status == 2);
+  CHECK(r.out.find("--distributed runs on cpu or cuda") != std::string::npos);
 }
 
 TEST_CASE("examples: gpt without brown.txt says how to fetch it") {

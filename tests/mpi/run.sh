@@ -38,6 +38,24 @@ if [ "$rc" = 0 ] || ! grep -q "rank 1 ends every rank: rank 1 fails on purpose" 
 fi
 rm -f "$log"
 echo "volt: a throwing rank ended the MPI run (exit $rc) with its message"
+# examples/gpt --distributed: a small GPT on a small text, eagerly and as a
+# compiled step; every rank must end with the same parameters.
+gpt="$build/examples/gpt"
+if [ -x "$gpt" ]; then
+  corpus=$(mktemp -d)
+  for i in $(seq 60); do echo "The Fulton County Grand Jury said Friday an investigation $i ."; done >"$corpus/brown.txt"
+  for mode in --eager "--jit step"; do
+    # shellcheck disable=SC2086
+    out=$(timeout 300 "${mpirun[@]}" "$gpt" --distributed --device cpu $mode --data-dir "$corpus" --steps 3 \
+      --eval-every 3 --batch-size 2 --sample 8 --n-layer 1 --n-head 2 --n-embd 32 --block-size 16 2>&1) ||
+      { echo "gpt --distributed $mode failed:" >&2; echo "$out" >&2; exit 1; }
+    for want in "data-parallel: 2 ranks x batch 2 = global batch 4" "data-parallel: the parameters are the same on every rank" "step 3: train loss"; do
+      grep -aqF "$want" <<<"$out" || { echo "gpt --distributed $mode: no '$want' in:" >&2; echo "$out" >&2; exit 1; }
+    done
+  done
+  rm -rf "$corpus"
+  echo "volt: gpt --distributed trained on 2 ranks (eager and compiled step), the same parameters on both"
+fi
 # The benchmark's data-parallel cells, once each (bench/distributed.cpp).
 if [ -x "$build/bench/volt_bench" ]; then
   timeout 300 "${mpirun[@]}" "$build/bench/volt_bench" --distributed --smoke >/dev/null
