@@ -202,6 +202,7 @@ Trace fusion_pass(const Trace& t) {
     f.kind = BoundSymbol::Kind::Fusion;
     f.executor = G.fu;
     f.fusion_name = G.fu->prefix() + std::to_string(count[G.fu]++);
+    f.scope = bsyms[G.members.front()].scope;  // where its first prim came from
     std::unordered_set<int64_t> inside, seen_in;
     for (size_t k : G.members) {
       for (const Tensor& in : tensor_args(bsyms[k]))

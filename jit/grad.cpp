@@ -7,6 +7,7 @@
 
 #include <volt/autograd/node.h>
 #include <volt/autograd/vjp.h>
+#include <volt/tensor/scope.h>
 #include <volt/jit/executor.h>
 #include <volt/jit/grad_transform.h>
 #include <volt/jit/passes.h>
@@ -205,6 +206,7 @@ VjpWalk walk_vjps(const Trace& fwd, const std::vector<BoundSymbol>& units, const
       }
       if (!any) continue;
       const bool replayed = x.of.count(&b) || b.call.op == OpId::custom;
+      ScopeGuard scope(b.scope);  // its backward lines come from where it did
       std::vector<Tensor> in_grads = replayed ? replayed_grads(b, gs, x, needs)
                                               : rule_grads(b, gs[0], needs, names, w.scalar_reads);
       for (size_t i = 0; i < b.call.args.size() && i < in_grads.size(); ++i) {

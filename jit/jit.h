@@ -212,8 +212,12 @@ JitFunction jit(std::shared_ptr<M> module, JitOptions options = {}) {
   }
   if constexpr (requires { module->type_name(); })
     if (options.name.empty()) options.name = module->type_name();
-  return JitFunction([module](const std::vector<Tensor>& in) { return std::vector<Tensor>{module->forward(in.at(0))}; },
-                     {"input"}, params, names, [module] { return module->is_training(); }, std::move(options));
+  // Called as a user calls it, so that a module's call can mark its lines (their scope).
+  auto call = [module](const std::vector<Tensor>& in) {
+    if constexpr (requires { (*module)(in.at(0)); }) return std::vector<Tensor>{(*module)(in.at(0))};
+    else return std::vector<Tensor>{module->forward(in.at(0))};
+  };
+  return JitFunction(call, {"input"}, params, names, [module] { return module->is_training(); }, std::move(options));
 }
 
 inline const std::vector<Trace>& last_traces(const JitFunction& f) { return f.last_traces(); }

@@ -49,6 +49,10 @@ struct BoundSymbol {
   // "" for a literal; empty when the line reads none (jit/grad.cpp).
   std::vector<std::string> scalar_names;
   const Executor* executor = nullptr;  // who runs it (the claim pass)
+  // The module path it was called under ("transformer.h.0.attn"; "" outside
+  // every module; tensor/scope.h); a backward line has its forward line's, a
+  // fused region its first prim's.  Not printed: the report groups by it.
+  std::string scope;
 };
 
 // A value read while tracing (item(), a bool): the trace is valid only while

@@ -7,6 +7,7 @@
 #include <volt/jit/passes.h>
 #include <volt/tensor/custom_op.h>
 #include <volt/tensor/random.h>
+#include <volt/tensor/scope.h>
 
 namespace volt::jit {
 
@@ -37,6 +38,7 @@ class Tracer final : public DispatchMode {
       call.attrs.offset = rng_total_;
       BoundSymbol b;
       b.call = call;
+      b.scope = current_scope();
       scopes_.push_back(&b.subsymbols);
       std::vector<Tensor> outs = decompose(call);
       scopes_.pop_back();
@@ -54,10 +56,12 @@ class Tracer final : public DispatchMode {
     BoundSymbol b;
     b.call = call;
     b.outputs = outs;
+    b.scope = current_scope();
     if (scopes_.size() == 1) {
       BoundSymbol top;
       top.call = call;
       top.outputs = outs;
+      top.scope = b.scope;
       top.subsymbols = {b};
       top.top_level_prim = true;
       top_.push_back(std::move(top));
@@ -107,6 +111,7 @@ class Tracer final : public DispatchMode {
   std::vector<std::vector<BoundSymbol>*> scopes_;
   std::vector<Guard> guards_;
   uint64_t rng_total_ = 0;
+  ScopeRecording recording_;  // modules called while tracing say where each line came from
 };
 
 }  // namespace

@@ -93,7 +93,26 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   VOLT_CHECK(m != nullptr, "register_module", "module '" << name << "' is null");
   VOLT_CHECK(!has_member(name), "register_module",
              type_name() << " already has a member named '" << name << "'");
+  m->parent_ = this;
+  m->name_in_parent_ = name;
   children_.emplace_back(name, std::move(m));
+}
+
+Module::~Module() {
+  for (auto& [n, c] : children_)
+    if (c->parent_ == this) c->parent_ = nullptr;
+}
+
+std::string Module::path() const {
+  std::string p;
+  for (const Module* m = this; m->parent_ != nullptr; m = m->parent_)
+    p = m->name_in_parent_ + (p.empty() ? "" : "." + p);
+  return p;
+}
+
+Tensor Module::scoped_forward(const Tensor& x) {
+  ScopeGuard scope(path());
+  return forward(x);
 }
 
 void Module::collect(const std::string& prefix, bool recurse, bool buffers,

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include <volt/tensor/scope.h>
 #include <volt/tensor/tensor.h>
 
 namespace volt::nn {
@@ -28,7 +29,7 @@ class Module : public std::enable_shared_from_this<Module> {
   // `type_name` is what the printed form starts with, e.g. "Linear"; left out,
   // it is the class's own name (class Net : public Module prints as "Net(...)").
   explicit Module(std::string type_name = "") : type_name_(std::move(type_name)) {}
-  virtual ~Module() = default;
+  virtual ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
@@ -37,7 +38,12 @@ class Module : public std::enable_shared_from_this<Module> {
   // instantiated: the mistake is a compile error, not a surprise at run time.
   // A module with several inputs overrides this one to say so (nn/loss.h).
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // While a trace records, the call also says where its ops come from (path()).
+  Tensor operator()(const Tensor& x) { return scope_wanted() ? scoped_forward(x) : forward(x); }
+  // The dotted names from the outermost module this one is registered in down
+  // to it ("transformer.h.0.attn"; "" for that outermost one), as named_modules()
+  // names it there.  A module registered in several places has the last one's.
+  std::string path() const;
 
   // ---- registration (names are unique within one module) ----
   Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
@@ -94,8 +100,12 @@ class Module : public std::enable_shared_from_this<Module> {
   void collect(const std::string& prefix, bool recurse, bool buffers, NamedTensors& out) const;
   void collect_modules(const std::string& prefix, std::vector<std::pair<std::string, std::shared_ptr<Module>>>& out) const;
 
+  Tensor scoped_forward(const Tensor& x);
+
   std::string type_name_;
   bool training_ = true;
+  Module* parent_ = nullptr;  // cleared when the parent goes first
+  std::string name_in_parent_;
   NamedTensors parameters_;
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

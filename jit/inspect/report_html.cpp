@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdio>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <volt/jit/codegen.h>
@@ -289,29 +290,84 @@ std::string pass_note(const std::string& provenance) {
   return "";
 }
 
+// The layer a line belongs to: its scope up to the first numbered module
+// ("transformer.h.0" for "transformer.h.0.attn.c_attn"), the whole scope where
+// no part is a number ("transformer.ln_f"), "" outside every module.
+std::string layer_of(const std::string& scope) {
+  for (size_t at = 0; at < scope.size();) {
+    const size_t dot = std::min(scope.find('.', at), scope.size());
+    const std::string part = scope.substr(at, dot - at);
+    if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return scope.substr(0, dot);
+    at = dot + 1;
+  }
+  return scope;
+}
+
+std::string region_id(const std::string& label, const BoundSymbol& b) {
+  return "k-" + html_escape(label.substr(0, 3)) + "-" + html_escape(b.fusion_name);
+}
+
+// One region whole: its prims beside its kernel.
+void region_section(std::ostringstream& os, const FinalTrace& f, const BoundSymbol& b) {
+  const ProxyNames* n = names_in(*f.trace);
+  std::unordered_set<std::string> names;
+  if (n) {
+    for (const Tensor& t : b.fusion_inputs) names.insert(n->name(t));
+    for (const BoundSymbol& p : b.subsymbols)
+      for (const Tensor& t : p.outputs) names.insert(n->name(t));
+  }
+  os << "<section class=\"region\" id=\"" << region_id(f.label, b) << "\" data-fusion=\""
+     << html_escape(b.fusion_name) << "\">\n<h3>" << html_escape(b.fusion_name) << " (" << html_escape(f.label)
+     << ", " << html_escape(b.executor ? b.executor->name() : "") << ")</h3>\n" << rewrite_note(b, n)
+     << "<div class=\"kernel\">\n"
+     << "<div><b>prims</b><pre class=\"prims\">" << mark_names(region_text(*f.trace, b), names)
+     << "</pre></div>\n<div><b>kernel source</b><pre class=\"source\">" << mark_names(kernel_source_of(b), names)
+     << "</pre></div>\n</div>\n</section>\n";
+}
+
+// The regions grouped by layer, in the order the layers first run; a region
+// whose kernel (equal key) was shown before, as a repeated block's are, is
+// one line that links to it.
 void section_kernels(std::ostringstream& os, const CompileRecord& r) {
-  os << "<h2 id=\"kernels\">Fused regions and their kernels</h2>\n<p class=\"note\">Left: the region as the "
-        "trace prints it. Right: the kernel generated for it. Values have the same names on both sides; hover "
-        "one to see it on both.</p>\n";
-  for (const FinalTrace& f : finals(r))
+  os << "<h2 id=\"kernels\">Fused regions and their kernels</h2>\n<p class=\"note\">Grouped by the layer "
+        "(module) each region's first prim was called from. Left: the region as the trace prints it. Right: the "
+        "kernel generated for it. Values have the same names on both sides; hover one to see it on both. A "
+        "region whose kernel is one shown before (a repeated block's) is one line that links to it.</p>\n";
+  struct Region {
+    const FinalTrace* f;
+    const BoundSymbol* b;
+  };
+  std::vector<std::pair<std::string, std::vector<Region>>> layers;
+  const std::vector<FinalTrace> fs = finals(r);
+  for (const FinalTrace& f : fs)
     for (const BoundSymbol& b : f.trace->bsyms) {
       if (!b.kernel) continue;
-      const ProxyNames* n = names_in(*f.trace);
-      std::unordered_set<std::string> names;
-      if (n) {
-        for (const Tensor& t : b.fusion_inputs) names.insert(n->name(t));
-        for (const BoundSymbol& p : b.subsymbols)
-          for (const Tensor& t : p.outputs) names.insert(n->name(t));
-      }
-      os << "<section class=\"region\" id=\"k-" << html_escape(f.label.substr(0, 3)) << "-"
-         << html_escape(b.fusion_name) << "\" data-fusion=\"" << html_escape(b.fusion_name) << "\">\n<h3>"
-         << html_escape(b.fusion_name) << " (" << html_escape(f.label) << ", "
-         << html_escape(b.executor ? b.executor->name() : "") << ")</h3>\n" << rewrite_note(b, n)
-         << "<div class=\"kernel\">\n"
-         << "<div><b>prims</b><pre class=\"prims\">" << mark_names(region_text(*f.trace, b), names)
-         << "</pre></div>\n<div><b>kernel source</b><pre class=\"source\">" << mark_names(kernel_source_of(b), names)
-         << "</pre></div>\n</div>\n</section>\n";
+      const std::string layer = layer_of(b.scope);
+      auto it = std::find_if(layers.begin(), layers.end(), [&](const auto& l) { return l.first == layer; });
+      if (it == layers.end()) it = layers.insert(layers.end(), {layer, {}});
+      it->second.push_back({&f, &b});
     }
+  std::unordered_map<std::string, std::string> shown;  // kernel key -> the region that shows it
+  for (const auto& [layer, regions] : layers) {
+    int fresh = 0;
+    for (const Region& g : regions) fresh += shown.count(g.b->kernel->key) ? 0 : 1;
+    const std::string title = layer.empty() ? "the top level (outside every submodule)" : layer;
+    os << "<details class=\"layer\" open><summary><b>" << html_escape(title) << "</b>: " << regions.size()
+       << " region(s), " << fresh << " kernel(s) not shown above</summary>\n";
+    for (const Region& g : regions) {
+      auto seen = shown.find(g.b->kernel->key);
+      if (seen == shown.end()) {
+        shown[g.b->kernel->key] = "<a href=\"#" + region_id(g.f->label, *g.b) + "\">" +
+                                  html_escape(g.b->fusion_name) + " (" + html_escape(g.f->label) + ")</a>";
+        region_section(os, *g.f, *g.b);
+        continue;
+      }
+      os << "<p class=\"repeat\" id=\"" << region_id(g.f->label, *g.b) << "\"><b>" << html_escape(g.b->fusion_name)
+         << "</b> (" << html_escape(g.f->label) << "): the same kernel as " << seen->second << "</p>\n";
+    }
+    os << "</details>\n";
+  }
 }
 
 void section_passes(std::ostringstream& os, const CompileRecord& r) {

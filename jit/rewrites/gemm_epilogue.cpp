@@ -63,6 +63,7 @@ BoundSymbol region_of(const BoundSymbol& whole, std::vector<BoundSymbol> prims, 
   f.kind = BoundSymbol::Kind::Fusion;
   f.executor = whole.executor;
   f.fusion_name = name;
+  f.scope = prims.empty() ? whole.scope : prims.front().scope;
   std::unordered_set<int64_t> inside, seen;
   for (const BoundSymbol& p : prims) {
     for (const Tensor& a : tensor_args(p))

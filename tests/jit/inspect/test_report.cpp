@@ -13,6 +13,7 @@
 #include <volt/jit/lazy/lazy.h>
 #include <volt/jit/inspect/report.h>
 #include <volt/jit/step/step.h>
+#include <volt/nn/gpt.h>
 #include <volt/nn/loss.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
@@ -166,4 +167,51 @@ TEST_CASE("report: pages are titled by the module, keys name parameters as trace
   const std::string page = jit::render_page(r);
   CHECK(page.find("The rewrite <b>GEMM epilogues</b>") != std::string::npos);
   CHECK(page.find("A rewrite for speed") != std::string::npos);
+}
+
+TEST_CASE("report: a GPT's regions are grouped by layer, a repeated block's kernels one line each") {
+  manual_seed(0);
+  auto gpt = std::make_shared<nn::GPT>(nn::GPTConfig{.block_size = 8, .vocab_size = 32, .n_layer = 3, .n_head = 2,
+                                                     .n_embd = 16});
+  CHECK(gpt->blocks()->at<nn::Block>(1)->path() == "transformer.h.1");
+  CHECK(gpt->path().empty());
+  std::vector<Tensor> params;
+  std::vector<std::string> names;
+  for (auto& [n, p] : gpt->named_parameters()) {
+    params.push_back(p);
+    names.push_back(jit::proxy_name_for(n));
+  }
+  jit::JitFunction jm(
+      [gpt](const std::vector<Tensor>& in) { return std::vector<Tensor>{gpt->forward(in[0], in[1]).loss}; },
+      {"idx", "targets"}, params, names, [gpt] { return gpt->is_training(); });
+  Tensor idx = Tensor::randint(0, 32, {2, 8}), targets = Tensor::randint(0, 32, {2, 8});
+  jm({idx, targets}).at(0).backward();
+  const std::vector<jit::CompileRecord> records = jit::records_of(jm);
+  REQUIRE(records.size() == 1);
+  const jit::CompileRecord& r = records.front();
+  // Every line of the traced forward knows its module: the blocks' lines name them.
+  std::set<std::string> scopes;
+  for (const jit::BoundSymbol& b : r.traces.front().bsyms) scopes.insert(b.scope);
+  for (const char* s : {"transformer.wte", "transformer.h.0.ln_1", "transformer.h.1.attn.c_attn", "transformer.h.2.mlp.c_fc",
+                        "transformer.ln_f", "lm_head", ""})
+    CHECK_MESSAGE(scopes.count(s) == 1, "no line from '" << s << "'");
+  // The backward's lines have their forward lines' scopes.
+  std::set<std::string> backward_scopes;
+  for (const jit::BoundSymbol& b : r.backward_traces.front().bsyms) backward_scopes.insert(b.scope);
+  CHECK(backward_scopes.count("transformer.h.2.mlp.c_fc") == 1);
+  CHECK(backward_scopes.count("transformer.h.0.ln_1") == 1);
+
+  const std::string page = jit::render_page(r);
+  report_checks::check_page(page, r);
+  for (const char* layer : {"<summary><b>transformer.h.0</b>", "<summary><b>transformer.h.1</b>",
+                            "<summary><b>transformer.h.2</b>"})
+    CHECK_MESSAGE(report_checks::count(page, layer) >= 1, layer);
+  // Blocks 1 and 2 compute what block 0 does: none of their kernels is shown again.
+  const size_t h1 = page.find("<summary><b>transformer.h.1</b>");
+  const size_t after = page.find("<summary><b>", h1 + 1);
+  const std::string block1 = page.substr(h1, after - h1);
+  CHECK(block1.find("0 kernel(s) not shown above") != std::string::npos);
+  CHECK(report_checks::count(block1, "<p class=\"repeat\"") >= 3);
+  CHECK(report_checks::count(block1, "<section class=\"region\"") == 0);
+  CHECK(report_checks::count(page, "<p class=\"repeat\"") > report_checks::count(page, "<section class=\"region\""));
 }
