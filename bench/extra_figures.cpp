@@ -20,6 +20,7 @@
 
 #ifdef VOLT_WITH_CUDA
 #include <volt/tensor/cuda/allocator.h>
+#include <volt/tensor/cuda/libraries.h>
 #include <volt/tensor/cuda/runtime.h>
 #endif
 
@@ -235,7 +236,7 @@ Metric measure_cublas_floor(int64_t batch, int reps) {
   const float one = 1, zero = 0;
   auto gemm = [&](int64_t m, int64_t n, int64_t k, bool ta, bool tb) {
     // Row-major C(m, n) = op(A) op(B); call column-major C^T = op(B)^T op(A)^T.
-    VOLT_CUBLAS_CHECK(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+    VOLT_CUBLAS_CHECK(volt::cuda::cublas().cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                   int(n), int(m), int(k), &one, B, int(tb ? k : n), A,
                                   int(ta ? m : k), &zero, C, int(n)));
   };
@@ -244,7 +245,7 @@ Metric measure_cublas_floor(int64_t batch, int reps) {
     for (int l = 0; l < 5; ++l) gemm(dims[l + 1], dims[l], batch, true, false);  // g^T x
     for (int l = 1; l < 5; ++l) gemm(batch, dims[l], dims[l + 1], false, false);  // g W
   };
-  VOLT_CUBLAS_CHECK(cublasSetStream(h, s));
+  VOLT_CUBLAS_CHECK(volt::cuda::cublas().cublasSetStream(h, s));
   for (int i = 0; i < 3; ++i) step();
   cudaEvent_t e0, e1;
   VOLT_CUDA_CHECK(cudaEventCreate(&e0));

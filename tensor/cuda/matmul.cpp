@@ -7,6 +7,7 @@
 #include <optional>
 
 #include <volt/tensor/cuda/backend.h>
+#include <volt/tensor/cuda/libraries.h>
 #include <volt/tensor/cuda/runtime.h>
 #include <volt/tensor/dispatch.h>
 
@@ -56,13 +57,13 @@ void gemm_2d(const Tensor& a0, const Tensor& b0, const Tensor& out, double beta)
   if (out.dtype() == DType::f32) {
     const float alpha = 1.0f, bt = static_cast<float>(beta);
     count_cublas_call();
-    VOLT_CUBLAS_CHECK(cublasSgemm(h, opb, opa, n, m, k, &alpha, static_cast<const float*>(b.raw_data()),
+    VOLT_CUBLAS_CHECK(cublas().cublasSgemm(h, opb, opa, n, m, k, &alpha, static_cast<const float*>(b.raw_data()),
                                   static_cast<int>(lb->ld), static_cast<const float*>(a.raw_data()),
                                   static_cast<int>(la->ld), &bt, static_cast<float*>(out.raw_data()), n));
   } else {
     const double alpha = 1.0, bt = beta;
     count_cublas_call();
-    VOLT_CUBLAS_CHECK(cublasDgemm(h, opb, opa, n, m, k, &alpha, static_cast<const double*>(b.raw_data()),
+    VOLT_CUBLAS_CHECK(cublas().cublasDgemm(h, opb, opa, n, m, k, &alpha, static_cast<const double*>(b.raw_data()),
                                   static_cast<int>(lb->ld), static_cast<const double*>(a.raw_data()),
                                   static_cast<int>(la->ld), &bt, static_cast<double*>(out.raw_data()), n));
   }
@@ -105,14 +106,14 @@ void cublas_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out) {
   if (out.dtype() == DType::f32) {
     const float alpha = 1.0f, beta = 0.0f;
     count_cublas_call();
-    VOLT_CUBLAS_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha,
+    VOLT_CUBLAS_CHECK(cublas().cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha,
                                                 static_cast<const float*>(bc.raw_data()), N, k * n,
                                                 static_cast<const float*>(ac.raw_data()), K, m * k, &beta,
                                                 static_cast<float*>(out.raw_data()), N, m * n, batches));
   } else {
     const double alpha = 1.0, beta = 0.0;
     count_cublas_call();
-    VOLT_CUBLAS_CHECK(cublasDgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha,
+    VOLT_CUBLAS_CHECK(cublas().cublasDgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha,
                                                 static_cast<const double*>(bc.raw_data()), N, k * n,
                                                 static_cast<const double*>(ac.raw_data()), K, m * k, &beta,
                                                 static_cast<double*>(out.raw_data()), N, m * n, batches));

@@ -13,6 +13,7 @@
 
 #include <xxhash.h>
 
+#include <volt/tensor/cuda/libraries.h>
 #include <volt/tensor/cuda/runtime.h>
 #include <volt/philox_source.h>
 #include <volt/tensor/log.h>
@@ -69,47 +70,51 @@ struct Compiled {
 // One NVRTC run; `get_cubin` asks for SASS (arch "sm_90"), else PTX ("compute_90").
 Compiled run_nvrtc(const std::string& source, const std::string& arch, bool get_cubin, bool fast = false) {
   nvrtcProgram prog;
-  VOLT_NVRTC_CHECK(nvrtcCreateProgram(&prog, source.c_str(), "volt_kernel.cu", 0, nullptr, nullptr));
+  VOLT_NVRTC_CHECK(nvrtc().nvrtcCreateProgram(&prog, source.c_str(), "volt_kernel.cu", 0, nullptr, nullptr));
   std::string arch_opt = "--gpu-architecture=" + arch;
   // --fmad=false: the CPU is built with -ffp-contract=off, so both devices round alike.
   const char* opts[] = {arch_opt.c_str(), "--std=c++17", "--fmad=false", "-default-device", "-Ofc=max"};
-  nvrtcResult r = nvrtcCompileProgram(prog, fast ? 5 : 4, opts);
+  nvrtcResult r = nvrtc().nvrtcCompileProgram(prog, fast ? 5 : 4, opts);
   Compiled c;
   size_t log_size = 0;
-  nvrtcGetProgramLogSize(prog, &log_size);
+  nvrtc().nvrtcGetProgramLogSize(prog, &log_size);
   if (log_size > 1) {
     c.log.resize(log_size);
-    nvrtcGetProgramLog(prog, c.log.data());
+    nvrtc().nvrtcGetProgramLog(prog, c.log.data());
     c.log.resize(log_size - 1);
   }
   if (r != NVRTC_SUCCESS) {
-    nvrtcDestroyProgram(&prog);
+    nvrtc().nvrtcDestroyProgram(&prog);
     std::ostringstream os;
-    os << "NVRTC could not compile a generated kernel for " << arch << ": " << nvrtcGetErrorString(r) << "\n"
+    os << "NVRTC could not compile a generated kernel for " << arch << ": " << nvrtc().nvrtcGetErrorString(r) << "\n"
        << c.log << "\n--- source ---\n"
        << numbered(source);
     throw Error(os.str());
   }
   size_t size = 0;
   if (get_cubin) {
-    VOLT_NVRTC_CHECK(nvrtcGetCUBINSize(prog, &size));
+    VOLT_NVRTC_CHECK(nvrtc().nvrtcGetCUBINSize(prog, &size));
     c.code.resize(size);
-    VOLT_NVRTC_CHECK(nvrtcGetCUBIN(prog, c.code.data()));
+    VOLT_NVRTC_CHECK(nvrtc().nvrtcGetCUBIN(prog, c.code.data()));
   } else {
-    VOLT_NVRTC_CHECK(nvrtcGetPTXSize(prog, &size));
+    VOLT_NVRTC_CHECK(nvrtc().nvrtcGetPTXSize(prog, &size));
     c.code.resize(size);
-    VOLT_NVRTC_CHECK(nvrtcGetPTX(prog, c.code.data()));
+    VOLT_NVRTC_CHECK(nvrtc().nvrtcGetPTX(prog, c.code.data()));
   }
-  nvrtcDestroyProgram(&prog);
+  nvrtc().nvrtcDestroyProgram(&prog);
   return c;
 }
 
 // Whether this NVRTC can emit SASS for sm_<cc> (a GPU newer than the toolkit cannot).
 bool nvrtc_knows(int cc) {
   int n = 0;
-  if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS) return false;
+  try {
+    if (nvrtc().nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS) return false;
+  } catch (const Error&) {
+    return false;  // no NVRTC to open
+  }
   std::vector<int> archs(static_cast<size_t>(n));
-  nvrtcGetSupportedArchs(archs.data());
+  nvrtc().nvrtcGetSupportedArchs(archs.data());
   for (int a : archs)
     if (a == cc) return true;
   return false;
@@ -140,7 +145,7 @@ std::string numbered(const std::string& source) {
 
 std::string nvrtc_version() {
   int major = 0, minor = 0;
-  VOLT_NVRTC_CHECK(nvrtcVersion(&major, &minor));
+  VOLT_NVRTC_CHECK(nvrtc().nvrtcVersion(&major, &minor));
   return "NVRTC " + std::to_string(major) + "." + std::to_string(minor);
 }
 

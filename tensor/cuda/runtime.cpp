@@ -9,6 +9,8 @@
 #include <mutex>
 #include <vector>
 
+#include <volt/tensor/cuda/libraries.h>
+
 namespace volt::cuda {
 
 namespace {
@@ -58,14 +60,14 @@ void fail_cuda(cudaError_t e, const char* expr, const char* file, int line) {
 
 void fail_cublas(cublasStatus_t s, const char* expr, const char* file, int line) {
   std::ostringstream os;
-  os << "cuBLAS error " << cublasGetStatusName(s) << " (" << cublasGetStatusString(s) << ") in " << expr
+  os << "cuBLAS error " << cublas().cublasGetStatusName(s) << " (" << cublas().cublasGetStatusString(s) << ") in " << expr
      << " at " << file << ":" << line;
   throw Error(os.str());
 }
 
 void fail_nvrtc(nvrtcResult r, const char* expr, const char* file, int line) {
   std::ostringstream os;
-  os << "NVRTC error " << nvrtcGetErrorString(r) << " in " << expr << " at " << file << ":" << line;
+  os << "NVRTC error " << nvrtc().nvrtcGetErrorString(r) << " in " << expr << " at " << file << ":" << line;
   throw Error(os.str());
 }
 
@@ -102,13 +104,13 @@ PerDevice& per_device(int index) {
   std::call_once(d.once, [&] {
     DeviceGuard g(index);
     VOLT_CUDA_CHECK(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking));
-    VOLT_CUBLAS_CHECK(cublasCreate(&d.cublas));
-    VOLT_CUBLAS_CHECK(cublasSetStream(d.cublas, d.stream));
-    VOLT_CUBLAS_CHECK(cublasSetMathMode(d.cublas, g_allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    VOLT_CUBLAS_CHECK(cublas().cublasCreate(&d.cublas));
+    VOLT_CUBLAS_CHECK(cublas().cublasSetStream(d.cublas, d.stream));
+    VOLT_CUBLAS_CHECK(cublas().cublasSetMathMode(d.cublas, g_allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     // A workspace of cuBLAS's own, given once: a GEMM recorded into a CUDA
     // graph must not ask for memory while the graph is captured.
     VOLT_CUDA_CHECK(cudaMalloc(&d.cublas_workspace, kCublasWorkspaceBytes));
-    VOLT_CUBLAS_CHECK(cublasSetWorkspace(d.cublas, d.cublas_workspace, kCublasWorkspaceBytes));
+    VOLT_CUBLAS_CHECK(cublas().cublasSetWorkspace(d.cublas, d.cublas_workspace, kCublasWorkspaceBytes));
     int major = 0, minor = 0;
     VOLT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index));
     VOLT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index));
@@ -253,7 +255,7 @@ void set_allow_tf32(bool on) {
   g_allow_tf32 = on;
   for (int i = 0; i < device_count() && i < kMaxDevices; ++i)
     if (devices()[i].cublas)
-      VOLT_CUBLAS_CHECK(cublasSetMathMode(devices()[i].cublas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+      VOLT_CUBLAS_CHECK(cublas().cublasSetMathMode(devices()[i].cublas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
 }
 bool allow_tf32() { return g_allow_tf32; }
 

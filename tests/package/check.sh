@@ -17,6 +17,11 @@ lib=$(find "$prefix" -name 'libvolt.so.*.*' | head -1)
 soname=$(objdump -p "$lib" | awk '/SONAME/ {print $2}')
 [[ "$soname" == libvolt.so.0.* ]] || fail "libvolt's SONAME is '$soname', expected libvolt.so.0.<minor>"
 [ -f "$prefix/include/volt/volt.h" ] || fail "include/volt/volt.h not installed"
+# cuBLAS and NVRTC are opened on first use (tensor/cuda/libraries.h), never linked:
+# linked, they add ~200 MB to every program's resident memory at start.
+if objdump -p "$lib" | grep -E 'NEEDED +lib(cublas|cublasLt|nvrtc)\.' >/dev/null; then
+  fail "libvolt links cuBLAS or NVRTC; they must be opened on first use"
+fi
 if grep -rq -- '-march' "$prefix"/lib*/cmake/volt/ "$prefix"/lib*/pkgconfig/; then
   fail "the installed usage requirements carry a -march flag"
 fi

@@ -1,0 +1,74 @@
+#include <volt/tensor/cuda/libraries.h>
+
+#include <dlfcn.h>
+
+#include <initializer_list>
+#include <string>
+
+#include <volt/tensor/error.h>
+
+namespace volt::cuda {
+namespace {
+
+// One library: its functions from the process when there, else from the file.
+class Library {
+ public:
+  Library(const char* what, std::initializer_list<const char*> files) : what_(what), files_(files) {}
+
+  template <class F>
+  void get(F& f, const char* name) {
+    void* p = dlsym(RTLD_DEFAULT, name);
+    if (p == nullptr) p = dlsym(open(), name);
+    VOLT_CHECK(p != nullptr, "cuda", what_ << " has no function " << name << " (" << opened_ << ")");
+    f = reinterpret_cast<F>(p);
+  }
+
+ private:
+  void* open() {
+    if (handle_ != nullptr) return handle_;
+    std::string tried;
+    for (const char* file : files_) {
+      if (file == nullptr || *file == '\0') continue;
+      handle_ = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+      if (handle_ != nullptr) {
+        opened_ = file;
+        return handle_;
+      }
+      const char* why = dlerror();
+      tried += std::string(tried.empty() ? "" : "; ") + (why ? why : file);
+    }
+    VOLT_FAIL("cuda", "cannot open " << what_ << ", which a CUDA build needs on the GPU: " << tried);
+  }
+
+  const char* what_;
+  std::initializer_list<const char*> files_;
+  void* handle_ = nullptr;
+  std::string opened_ = "found in the process";
+};
+
+}  // namespace
+
+// The library's soname for this toolkit, then the file the build found.
+const CublasApi& cublas() {
+  static const CublasApi api = [] {
+    CublasApi a;
+    Library lib("cuBLAS", {VOLT_CUBLAS_SONAME, VOLT_CUBLAS_FILE});
+#define VOLT_RESOLVE(f) lib.get(a.f, #f);
+    VOLT_CUBLAS_FUNCTIONS(VOLT_RESOLVE)
+    return a;
+  }();
+  return api;
+}
+
+const NvrtcApi& nvrtc() {
+  static const NvrtcApi api = [] {
+    NvrtcApi a;
+    Library lib("NVRTC", {VOLT_NVRTC_SONAME, VOLT_NVRTC_FILE});
+    VOLT_NVRTC_FUNCTIONS(VOLT_RESOLVE)
+#undef VOLT_RESOLVE
+    return a;
+  }();
+  return api;
+}
+
+}  // namespace volt::cuda
