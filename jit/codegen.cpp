@@ -181,6 +181,16 @@ void run_host_kernel(const FusedKernel& kernel, long long n, void* const* args, 
 
 std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& f, const ProxyNames& names) {
   VOLT_CHECK(!f.subsymbols.empty(), f.fusion_name, "a fusion region without prims");
+  for (const BoundSymbol& p : f.subsymbols) {
+    auto refuse_half = [&](const Tensor& t) {
+      VOLT_CHECK(!is_half(t.dtype()), op_name(p.call.op),
+                 "generated kernels do not compute on " << dtype_name(t.dtype())
+                                                        << " tensors yet (eager mode does, on the CPU)");
+    };
+    for (const Value& v : p.call.args)
+      if (v.is_tensor && v.tensor.defined()) refuse_half(v.tensor);
+    for (const Tensor& o : p.outputs) refuse_half(o);
+  }
   auto k = std::make_shared<FusedKernel>();
   k->name = f.fusion_name;
   k->args = static_cast<long long>(f.fusion_inputs.size() + f.outputs.size());
