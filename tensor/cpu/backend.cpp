@@ -104,6 +104,7 @@ class CpuBackend final : public Backend {
     // bf16 and f16 compute through the f32 kernels (tensor/cpu/half.cpp);
     // conversions and copies handle them directly.
     const bool converts = info.kind == OpKind::Convert || info.kind == OpKind::Copy;
+    if (info.kind == OpKind::Matmul && cpu::run_bf16_matmul(call, outs[0])) return;
     if (!converts && cpu::run_widened(call, outs, [this](const OpCall& c, std::vector<Tensor>& o) { run_f32(c, o); }))
       return;
     run_f32(call, outs);
