@@ -19,9 +19,8 @@ void convert_half(const Tensor& src, Tensor& out);
 using WidenedRun = std::function<void(const OpCall& call, std::vector<Tensor>& outs)>;
 bool run_widened(const OpCall& call, std::vector<Tensor>& outs, const WidenedRun& run);
 
-// matmul or linear with bf16 operands on the dpbf16 GEMM (matmul_bf16.cpp);
-// false (nothing run) when out is not bf16 or the f32 path is chosen, which
-// run_widened then takes.
+// matmul or linear with bf16 operands on the bf16 GEMM, either of its paths
+// (matmul_bf16.cpp); false (nothing run) when out is not bf16.
 bool run_bf16_matmul(const OpCall& call, Tensor& out);
 
 }  // namespace volt::cpu

@@ -55,7 +55,7 @@ void linear(const Tensor& x0, const Tensor& w, const Tensor* bias, Tensor& out) 
 }  // namespace
 
 bool run_bf16_matmul(const OpCall& call, Tensor& out) {
-  if (out.dtype() != DType::bf16 || bf16_gemm() != Bf16Gemm::dpbf16) return false;
+  if (out.dtype() != DType::bf16) return false;
   Tensor wide = Tensor::empty(out.sizes(), DType::f32, kCPU);
   if (call.op == OpId::matmul) batched(call.args[0].tensor, call.args[1].tensor, wide);
   else linear(call.args[0].tensor, call.args[1].tensor, call.args.size() == 3 ? &call.args[2].tensor : nullptr, wide);

@@ -4,7 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <volt/tensor/cpu/gemm_bf16.h>
@@ -138,4 +142,48 @@ TEST_CASE("bf16 matmul and linear: one rounding of the f32 sums, batched, vector
     close(x.grad(), matmul(ones({2, 9, 11}, kF64), w.detach().to(kF64)));
   }
   CHECK_THROWS_WITH_AS(matmul(a, b.to(kF32)), doctest::Contains("matmul"), volt::Error);
+}
+
+TEST_CASE("bf16 GEMM child: runs on the path VOLT_BF16_GEMM names") {
+  const char* want = std::getenv("VOLT_TEST_BF16_PATH");
+  if (!want) return;  // only as the child of the next case
+  manual_seed(14);
+  const Tensor a = randn({19, 45}, kBF16), b = randn({45, 23}, kBF16);
+  const Tensor c = matmul(a, b), ref = matmul(a.to(kF64), b.to(kF64));
+  CHECK(bf16_gemm_name(bf16_gemm()) == std::string(want));
+  const std::vector<double> g = c.to(kF64).to_vector<double>(), r = ref.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) CHECK(std::fabs(g[i] - r[i]) <= 0x1p-8 * std::fabs(r[i]) + 1e-4);
+  (void)matmul(b.t(), a.t());  // a second product: still one log line
+}
+
+TEST_CASE("bf16 GEMM: VOLT_BF16_GEMM forces the path, VOLT_LOG=gemm names it once, a bad value is an error") {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  auto run = [&](const std::string& value) {
+    const std::string cmd = "VOLT_TEST_BF16_PATH=" + value + " VOLT_BF16_GEMM=" + value + " VOLT_LOG=gemm '" + self +
+                            "' '-tc=bf16 GEMM child*' 2>&1";
+    std::string out;
+    if (FILE* p = ::popen(cmd.c_str(), "r")) {
+      char buf[4096];
+      for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+      ::pclose(p);
+    }
+    return out;
+  };
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+    return n;
+  };
+  std::vector<std::string> values = {"f32"};
+  if (bf16_dot_supported()) values.push_back("dpbf16");
+  for (const std::string& v : values) {
+    CAPTURE(v);
+    const std::string out = run(v);
+    CHECK_MESSAGE(out.find("Status: SUCCESS") != std::string::npos, out);
+    CHECK_MESSAGE(count(out, "volt: bf16 GEMM: " + v + " (") == 1, out);
+    CHECK_MESSAGE(count(out, "volt: bf16 GEMM:") == 1, out);
+  }
+  const std::string bad = run("avx");
+  CHECK_MESSAGE(bad.find("VOLT_BF16_GEMM: expects f32 or dpbf16, got 'avx'") != std::string::npos, bad);
+  CHECK(bad.find("Status: SUCCESS") == std::string::npos);
 }
