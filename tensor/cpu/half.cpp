@@ -35,6 +35,33 @@ bool half_in(const OpCall& call, const std::vector<Tensor>& outs) {
   return false;
 }
 
+// The next 16-bit value from h towards -inf (down) or +inf (up).
+template <class H>
+H step(H h, bool up) {
+  const bool neg = h.bits & 0x8000, zero = (h.bits & 0x7FFF) == 0;
+  if (zero) return H{uint16_t(up ? 0x0001 : 0x8001)};
+  return H{uint16_t(up != neg ? h.bits + 1 : h.bits - 1)};
+}
+
+// Draws of U[lo, hi) rounded to H stay in [lo, hi): rounding to nearest may
+// reach hi (rand() would give 1) or fall below lo; those take the nearest
+// H value inside.
+template <class H>
+void keep_in_range(Tensor& out, double lo, double hi) {
+  H top = H::from_float(static_cast<float>(hi)), bottom = H::from_float(static_cast<float>(lo));
+  while (top.to_float() >= hi) top = step(top, false);
+  while (bottom.to_float() < lo) bottom = step(bottom, true);
+  H* p = static_cast<H*>(out.raw_data());
+  const float t = top.to_float(), b = bottom.to_float();
+  parallel_for(out.numel(), kParallelGrain, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float v = p[i].to_float();
+      if (v > t) p[i] = top;
+      else if (v < b) p[i] = bottom;
+    }
+  });
+}
+
 }  // namespace
 
 void convert_half(const Tensor& src, Tensor& out) {
@@ -80,6 +107,10 @@ bool run_widened(const OpCall& call, std::vector<Tensor>& outs, const WidenedRun
   run(wide, wide_outs);
   for (size_t i = 0; i < outs.size(); ++i)
     if (is_half(outs[i].dtype())) convert_half(wide_outs[i], outs[i]);
+  if (kind == OpKind::Random && call.attrs.b > call.attrs.a) {
+    if (outs[0].dtype() == DType::bf16) keep_in_range<BF16>(outs[0], call.attrs.a, call.attrs.b);
+    else keep_in_range<F16>(outs[0], call.attrs.a, call.attrs.b);
+  }
   return true;
 }
 

@@ -212,19 +212,35 @@ TEST_CASE("bf16 and f16 creation, item and to()") {
   }
 }
 
-TEST_CASE("rand and randn in bf16 and f16 are the f32 draws, rounded once") {
+TEST_CASE("rand and randn in bf16 and f16 are the f32 draws rounded once; rand stays below 1") {
   for (DType dt : {kBF16, kF16}) {
+    CAPTURE(dtype_name(dt));
+    // The largest value below 1: 1 - 2^-9 in bf16, 1 - 2^-11 in f16.
+    const uint16_t below_one = dt == kBF16 ? 0x3F7F : 0x3BFF;
     manual_seed(11);
-    Tensor want_u = rand({64}).to(dt), want_n = randn({3, 33}).to(dt);
+    const Tensor draws = rand({100000});
+    const Tensor want_n = randn({3, 33}).to(dt);
     manual_seed(11);
-    Tensor u = rand({64}, dt), n = randn({3, 33}, dt);
+    const Tensor u = rand({100000}, dt), n = randn({3, 33}, dt);
     CHECK(u.dtype() == dt);
     CHECK(n.dtype() == dt);
-    CHECK(bits_of_tensor(u) == bits_of_tensor(want_u));
     CHECK(bits_of_tensor(n) == bits_of_tensor(want_n));
-    std::vector<float> uv = u.to(kF32).to_vector<float>();
-    CHECK(*std::min_element(uv.begin(), uv.end()) >= 0.0f);
-    CHECK(*std::max_element(uv.begin(), uv.end()) <= 1.0f);
+    // Each draw rounded to nearest, except those that would round up to 1.
+    const std::vector<float> d = draws.to_vector<float>();
+    const std::vector<uint16_t> ub = bits_of_tensor(u);
+    int moved = 0, bad = 0;
+    for (size_t i = 0; i < d.size(); ++i) {
+      const uint16_t r = ref_round(exact(d[i]), dt == kBF16 ? ref_bf16 : ref_f16, dt == kBF16 ? 0x7F80 : 0x7C00);
+      const uint16_t want = r == (dt == kBF16 ? 0x3F80 : 0x3C00) ? below_one : r;
+      moved += r != want;
+      bad += ub[i] != want;
+    }
+    CHECK(bad == 0);
+    CHECK(moved > 0);  // the sample does meet draws that round to 1
+    // In another range too: [-3, -1) keeps away from -1.
+    const std::vector<float> v = uniform({20000}, -3.0, -1.0, dt, kCPU).to(kF32).to_vector<float>();
+    CHECK(*std::max_element(v.begin(), v.end()) < -1.0f);
+    CHECK(*std::min_element(v.begin(), v.end()) >= -3.0f);
   }
   CHECK_THROWS_WITH_AS(randint(0, 5, {3}, kBF16), doctest::Contains("randint"), volt::Error);
 }
