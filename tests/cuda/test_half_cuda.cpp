@@ -1,8 +1,10 @@
 // bf16 and f16 on CUDA: not computed there yet, so every op on them says so
-// by name; moving their bits to the device and back keeps them.
+// by name (eager ops and the jit's kernels); moving their bits to the device
+// and back keeps them.
 #include <cstring>
 
 #include "skip_without_gpu.h"
+#include <volt/jit/jit.h>
 #include <volt/tensor/factories.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
@@ -24,5 +26,8 @@ TEST_CASE("cuda: bf16 and f16 tensors move to the GPU and back bit for bit; ops 
                          volt::Error);
     CHECK_THROWS_WITH_AS(matmul(g, g.t()), doctest::Contains("matmul"), volt::Error);
     CHECK_THROWS_WITH_AS(g.to(kF32), doctest::Contains("not supported on CUDA"), volt::Error);
+    auto f = jit::jit([](const std::vector<Tensor>& a) { return std::vector<Tensor>{mul(exp(a[0]), 2.0)}; });
+    CHECK_THROWS_WITH_AS(f({g}), doctest::Contains(("generated CUDA kernels do not compute on " + name).c_str()),
+                         volt::Error);
   }
 }
