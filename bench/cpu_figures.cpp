@@ -22,6 +22,7 @@
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
 #include <volt/tensor/cpu/gemm.h>
+#include <volt/tensor/cpu/gemm_bf16.h>
 #include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
@@ -121,6 +122,40 @@ double fma_peak_gflops(int threads) {
     best = std::max(best, total / s / 1e9);
   }
   return best;
+}
+
+double bf16_dot_peak_gflops(int threads) {
+  // As fma_peak_gflops: the best of 4 rounds, every thread at once.
+  const int64_t iters = 25'000'000;
+  double best = 0;
+  for (int round = 0; round < 4; ++round) {
+    std::vector<double> flops(size_t(threads), 0);
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back([&, t] { flops[size_t(t)] = cpu::bf16_dot_loop(iters); });
+    flops[0] = cpu::bf16_dot_loop(iters);
+    for (auto& th : pool) th.join();
+    const double s = seconds_since(t0);
+    double total = 0;
+    for (double f : flops) total += f;
+    best = std::max(best, total / s / 1e9);
+  }
+  return best;
+}
+
+Figure bf16_gemm(int64_t size, int threads, double peak_gflops) {
+  const int before = cpu::num_threads();
+  cpu::set_num_threads(threads);
+  manual_seed(3);
+  const Tensor a = Tensor::randn({size, size}, DType::bf16), b = Tensor::randn({size, size}, DType::bf16);
+  const double s = median_seconds_per_call([&] { (void)matmul(a, b); }, 5);
+  cpu::set_num_threads(before);
+  const double gflops = 2.0 * double(size) * double(size) * double(size) / s / 1e9;
+  return {"bf16_gemm",
+          {{"size", double(size)}, {"threads", double(threads)}, {"ms", s * 1e3}, {"gflops", gflops},
+           {"fraction_of_peak", peak_gflops > 0 ? gflops / peak_gflops : 0.0}},
+          std::string("matmul of two bf16 (n, n), ") + cpu::bf16_gemm_name(cpu::bf16_gemm()) +
+              " path; peak: the vdpbf16ps loop"};
 }
 
 std::vector<Figure> gemm_shapes(int64_t batch, double peak_gflops) {

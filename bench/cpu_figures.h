@@ -21,6 +21,14 @@ struct Figure {
 // once, with the widest vectors the GEMM kernels use here.
 double fma_peak_gflops(int threads);
 
+// GFLOP/s of a register-only vdpbf16ps loop (24 independent accumulators, 64
+// flops each) on `threads` threads at once; 0 on a CPU without AVX512_BF16.
+double bf16_dot_peak_gflops(int threads);
+
+// matmul of two bf16 (size, size) tensors on `threads` threads: GFLOP/s and
+// the fraction of `peak_gflops` (the bf16 dot peak for those threads).
+Figure bf16_gemm(int64_t size, int threads, double peak_gflops);
+
 // The seed model's GEMMs at `batch` (forward x W^T + b, input gradient g W,
 // weight gradient g^T x, for 784x784, 784x28 and 28x10): GFLOP/s and the
 // fraction of `peak_gflops`, with the current thread count.

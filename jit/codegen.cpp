@@ -9,6 +9,7 @@
 
 #include <volt/jit/codegen_detail.h>
 #include <volt/jit/kernel_cache.h>
+#include <volt/half_source.h>
 #include <volt/math_functions_source.h>
 #include <volt/philox_source.h>
 #include <volt/tensor/cpu/threads.h>
@@ -18,8 +19,12 @@ namespace volt::jit {
 
 namespace detail {
 
+// The C type a kernel computes a dtype in: bf16 and f16 in float (they are
+// held as their bits in memory: memory_type).
+std::string compute_type(DType t) { return is_half(t) ? std::string("float") : std::string(dtype_c_type(t)); }
+
 std::string literal(const Scalar& s, DType t) {
-  std::string c = dtype_c_type(t);
+  std::string c = compute_type(t);
   if (t == DType::b8) return s.value != 0 ? "true" : "false";
   // Infinities and NaN as expressions that host C++ and NVRTC both accept
   // (masks fill with -inf).
@@ -74,7 +79,7 @@ std::string prim_expr(const OpCall& c, DType result, const NameFn& name, unsigne
   // around it scalar, a dropout's Philox draw included.
   if (kind == OpKind::Convert && c.args[0].is_tensor && c.args[0].tensor.dtype() == DType::b8 &&
       result != DType::b8) {
-    const std::string t = dtype_c_type(result);
+    const std::string t = compute_type(result);
     return "(" + name(c.args[0].tensor) + " ? (" + t + ")1 : (" + t + ")0)";
   }
   const DType cd = compute_dtype(c);  // the one rule, as the eager kernels
@@ -84,14 +89,16 @@ std::string prim_expr(const OpCall& c, DType result, const NameFn& name, unsigne
     if (kind == OpKind::Ternary && i == 0) want = DType::b8;
     if (kind == OpKind::Convert) want = c.args[0].tensor.dtype();
     const Value& v = c.args[i];
-    ops.push_back(v.is_tensor ? "((" + std::string(dtype_c_type(want)) + ")" + name(v.tensor) + ")"
-                              : literal(v.scalar, want));
+    ops.push_back(v.is_tensor ? "((" + compute_type(want) + ")" + name(v.tensor) + ")" : literal(v.scalar, want));
   }
-  return fill_op_expr(op_info(c.op).expr, ops, dtype_c_type(result));
+  return fill_op_expr(op_info(c.op).expr, ops, compute_type(result));
 }
 
-std::string memory_type(DType t) { return t == DType::b8 ? std::string("unsigned char") : std::string(dtype_c_type(t)); }
-std::string local_type(DType t) { return t == DType::b8 ? std::string("int") : std::string(dtype_c_type(t)); }
+std::string memory_type(DType t) {
+  if (is_half(t)) return "unsigned short";
+  return t == DType::b8 ? std::string("unsigned char") : std::string(dtype_c_type(t));
+}
+std::string local_type(DType t) { return t == DType::b8 ? std::string("int") : compute_type(t); }
 
 void emit_pointers(std::ostream& os, const BoundSymbol& f, const NameFn& name) {
   size_t k = 0;
@@ -109,6 +116,10 @@ namespace {
 
 using namespace detail;
 
+// tensor/half.inc's conversions of dtype t: bits to float, float to bits.
+std::string half_load(DType t) { return t == DType::bf16 ? "volt_bf16_to_f32(" : "volt_f16_to_f32("; }
+std::string half_store(DType t) { return t == DType::bf16 ? "volt_f32_to_bf16(" : "volt_f32_to_f16("; }
+
 // The kernel function of region `f`, its values named by `name`, its Philox
 // counters less `rng_shift`.
 std::string render(const BoundSymbol& f, const std::string& kernel_name, const NameFn& name,
@@ -122,16 +133,23 @@ std::string render(const BoundSymbol& f, const std::string& kernel_name, const N
   // ("no vectype"), Philox draws and all.
   emit_pointers(os, f, name);
   os << "  VOLT_LOOP(i, n) {\n";
-  for (const Tensor& in : f.fusion_inputs)
-    os << "    const " << local_type(in.dtype()) << " " << name(in) << " = in_" << name(in) << "["
-       << index_expr(in.sizes(), shape) << "];\n";
+  // bf16 and f16 are loaded into float, every prim's result in them rounded
+  // as eager mode stores it, and stored as bits (tensor/half.inc).
+  for (const Tensor& in : f.fusion_inputs) {
+    const std::string load = "in_" + name(in) + "[" + index_expr(in.sizes(), shape) + "]";
+    os << "    const " << local_type(in.dtype()) << " " << name(in) << " = "
+       << (is_half(in.dtype()) ? half_load(in.dtype()) + load + ")" : load) << ";\n";
+  }
   for (const BoundSymbol& p : f.subsymbols) {
     const Tensor& out = p.outputs[0];
-    const std::string rt = dtype_c_type(out.dtype());
-    os << "    const " << local_type(out.dtype()) << " " << name(out) << " = (" << rt << ")"
-       << prim_expr(p.call, out.dtype(), name, rng_shift) << ";\n";
+    const std::string e = "(" + compute_type(out.dtype()) + ")" + prim_expr(p.call, out.dtype(), name, rng_shift);
+    os << "    const " << local_type(out.dtype()) << " " << name(out) << " = "
+       << (is_half(out.dtype()) ? half_load(out.dtype()) + half_store(out.dtype()) + e + "))" : e)
+       << ";\n";
   }
-  for (const Tensor& o : f.outputs) os << "    out_" << name(o) << "[i] = " << name(o) << ";\n";
+  for (const Tensor& o : f.outputs)
+    os << "    out_" << name(o) << "[i] = "
+       << (is_half(o.dtype()) ? half_store(o.dtype()) + name(o) + ")" : name(o)) << ";\n";
   os << "  }\n}\n";
   return os.str();
 }
@@ -181,6 +199,21 @@ void run_host_kernel(const FusedKernel& kernel, long long n, void* const* args, 
 
 std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& f, const ProxyNames& names) {
   VOLT_CHECK(!f.subsymbols.empty(), f.fusion_name, "a fusion region without prims");
+  // bf16 and f16: elementwise regions on the CPU only, no draws in them.
+  const bool rows = is_row_region(f);
+  for (const BoundSymbol& p : f.subsymbols) {
+    auto refuse_half = [&](const Tensor& t) {
+      const char* where = rows ? "row kernels (reductions, softmax)" : !t.device().is_cpu() ? "CUDA kernels"
+                          : p.call.op == OpId::uniform                     ? "random draws in kernels"
+                                                                           : nullptr;
+      VOLT_CHECK(!is_half(t.dtype()) || !where, op_name(p.call.op),
+                 "generated " << where << " do not compute on " << dtype_name(t.dtype())
+                              << " tensors yet (eager mode does, on the CPU)");
+    };
+    for (const Value& v : p.call.args)
+      if (v.is_tensor && v.tensor.defined()) refuse_half(v.tensor);
+    for (const Tensor& o : p.outputs) refuse_half(o);
+  }
   auto k = std::make_shared<FusedKernel>();
   k->name = f.fusion_name;
   k->args = static_cast<long long>(f.fusion_inputs.size() + f.outputs.size());
@@ -228,6 +261,13 @@ std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& f, const ProxyNa
 std::string host_source(const std::vector<const FusedKernel*>& kernels) {
   std::string s = "#include <cmath>\n" + std::string(kMathFunctionsSource) + kHostPrelude + host_row_prelude() +
                   kPhiloxSource + "\n";
+  // The bf16/f16 conversions only where a kernel uses them: other sources,
+  // and the kernel cache's keys for them, stay as they were.
+  for (const FusedKernel* k : kernels)
+    if (k->body.find("volt_f32_to_") != std::string::npos || k->body.find("_to_f32(") != std::string::npos) {
+      s += std::string(kHalfSource) + "\n";
+      break;
+    }
   for (const FusedKernel* k : kernels) s += k->body + "\n";
   return s;
 }

@@ -33,52 +33,20 @@ const char* st_dtype_name(DType t) {
     case DType::i64: return "I64";
     case DType::f32: return "F32";
     case DType::f64: return "F64";
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
   }
   return "?";
 }
 
-// How a file stores a tensor: one of volt's dtypes as it is, or a 16-bit float
-// (F16, BF16) that is widened to f32 on load, volt having no 16-bit dtypes.
-enum class Stored : uint8_t { native, f16, bf16 };
-
-bool st_dtype_from_name(const std::string& s, DType& out, Stored& stored) {
-  stored = s == "F16" ? Stored::f16 : s == "BF16" ? Stored::bf16 : Stored::native;
-  if (stored != Stored::native) {
-    out = DType::f32;
-    return true;
-  }
-  for (DType t : {DType::b8, DType::u8, DType::i32, DType::i64, DType::f32, DType::f64})
+bool st_dtype_from_name(const std::string& s, DType& out) {
+  for (DType t : {DType::b8, DType::u8, DType::i32, DType::i64, DType::f32, DType::f64, DType::bf16, DType::f16})
     if (s == st_dtype_name(t)) {
       out = t;
       return true;
     }
   return false;
 }
-
-// IEEE 754 binary16 to binary32, exactly (every half is a float).
-float half_to_float(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (man << 13);  // inf, nan (payload kept)
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (man << 13);  // rebias 15 -> 127
-  } else if (man == 0) {
-    bits = sign;  // +-0
-  } else {
-    // A subnormal half is a normal float: shift the mantissa up to its leading 1.
-    int e = -1;
-    do {
-      ++e;
-      man <<= 1;
-    } while ((man & 0x400) == 0);
-    bits = sign | uint32_t(112 - e) << 23 | (man & 0x3FF) << 13;
-  }
-  return std::bit_cast<float>(bits);
-}
-
-// bfloat16 is the top half of a float.
-float bf16_to_float(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
 
 // ---- the header's JSON (nlohmann::json), refusing what the reference reader refuses ----
 
@@ -111,8 +79,7 @@ std::string json_quote(const std::string& s) { return Json(s).dump(); }
 
 struct Entry {
   std::string name;
-  DType dtype;    // what volt holds it as
-  Stored stored;  // what the file holds
+  DType dtype;
   Shape shape;
   uint64_t begin, end;  // byte range within the data section
 };
@@ -126,10 +93,8 @@ struct SafetensorsFile {
 
 std::string context_for(const std::string& path) { return "load: '" + path + "': "; }
 
-size_t stored_size(const Entry& e) { return e.stored == Stored::native ? dtype_size(e.dtype) : 2; }
-const char* stored_name(const Entry& e) {
-  return e.stored == Stored::f16 ? "F16" : e.stored == Stored::bf16 ? "BF16" : st_dtype_name(e.dtype);
-}
+size_t stored_size(const Entry& e) { return dtype_size(e.dtype); }
+const char* stored_name(const Entry& e) { return st_dtype_name(e.dtype); }
 
 std::string shape_text(const Json& dims) {
   std::string r;
@@ -184,7 +149,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
     const Json* offsets = &v["data_offsets"];
     Entry e;
     e.name = name;
-    if (!dtype->is_string() || !st_dtype_from_name(dtype->get<std::string>(), e.dtype, e.stored))
+    if (!dtype->is_string() || !st_dtype_from_name(dtype->get<std::string>(), e.dtype))
       throw Error(ctx + "bad header: " + what + " has unsupported dtype '" +
                   (dtype->is_string() ? dtype->get<std::string>() : dtype->dump()) + "'");
     if (!shape->is_array()) throw Error(ctx + "bad header: " + what + " shape is not a list");
@@ -233,18 +198,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
 // Writes the entry's values into n contiguous elements of its dtype at dst.
 void read_values(const SafetensorsFile& f, const Entry& e, void* dst) {
   if (e.end == e.begin) return;
-  if (e.stored == Stored::native) {
-    std::memcpy(dst, f.data(e), e.end - e.begin);
-    return;
-  }
-  const char* src = f.data(e);
-  float* out = static_cast<float*>(dst);
-  const size_t n = (e.end - e.begin) / 2;
-  for (size_t i = 0; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, src + 2 * i, 2);
-    out[i] = e.stored == Stored::f16 ? half_to_float(h) : bf16_to_float(h);
-  }
+  std::memcpy(dst, f.data(e), e.end - e.begin);
 }
 
 // A contiguous CPU tensor holding the entry's values.
@@ -289,10 +243,13 @@ void save_tensors(const NamedTensors& tensors, const std::string& path) {
   VOLT_CHECK(out.good(), "save", "writing '" << path << "' failed");
 }
 
-NamedTensors load_tensors(const std::string& path) {
+NamedTensors load_tensors(const std::string& path, bool widen_16bit) {
   SafetensorsFile f = read_safetensors(path);
   NamedTensors out;
-  for (const Entry& e : f.entries) out.emplace_back(e.name, to_tensor(f, e));
+  for (const Entry& e : f.entries) {
+    Tensor t = to_tensor(f, e);
+    out.emplace_back(e.name, widen_16bit && is_half(t.dtype()) ? t.to(DType::f32) : t);
+  }
   return out;
 }
 
@@ -320,8 +277,9 @@ LoadResult load(Module& module, const std::string& path, bool strict) {
     }
     used.insert(name);
     const Entry& e = *it->second;
-    // A 16-bit float file loads into any floating module (through f32).
-    const bool widened = e.stored != Stored::native && is_floating(t.dtype());
+    // A bf16 or f16 tensor loads into any floating module (converted exactly
+    // into f32 or f64; rounded into the other 16-bit type).
+    const bool widened = is_half(e.dtype) && is_floating(t.dtype());
     if (e.dtype != t.dtype() && !widened)
       problems.push_back("tensor '" + name + "' has dtype " + stored_name(e) + ", the module expects " +
                          st_dtype_name(t.dtype()));
@@ -352,7 +310,7 @@ LoadResult load(Module& module, const std::string& path, bool strict) {
       read_values(f, e, t.raw_data());
     } else {
       Tensor dst = t;
-      dst.copy_(to_tensor(f, e));
+      dst.copy_(to_tensor(f, e).to(t.dtype()));
     }
   }
   return result;

@@ -33,6 +33,8 @@ LoadResult load(Module& module, const std::string& path, bool strict = true);
 
 // The same format for any list of named tensors.
 void save_tensors(const NamedTensors& tensors, const std::string& path);
-NamedTensors load_tensors(const std::string& path);  // CPU tensors, in file order
+// CPU tensors, in file order, each in the file's dtype (BF16 and F16 as bf16
+// and f16); with widen_16bit, those two load as f32 instead (exactly).
+NamedTensors load_tensors(const std::string& path, bool widen_16bit = false);
 
 }  // namespace volt::nn

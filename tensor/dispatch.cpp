@@ -229,6 +229,36 @@ static std::vector<Tensor> run_fused(const OpCall& call) {
   return outs;
 }
 
+// A composite on CPU tensors of bf16 or f16 (softmax, layer_norm, mean, ...):
+// decomposed on f32 copies and each floating result rounded back once, as
+// PyTorch's CPU kernels compute these types in f32 throughout; decomposed in
+// the 16-bit type itself, every step would round.
+static bool half_composite(const OpCall& call, DType& half) {
+  bool any = false;
+  for (const Value& v : call.args) {
+    if (!v.is_tensor || !v.tensor.defined()) continue;
+    if (!v.tensor.device().is_cpu() || !v.tensor.has_data()) return false;
+    if (is_half(v.tensor.dtype()) && !any) half = v.tensor.dtype(), any = true;
+  }
+  return any;
+}
+
+static Tensor converted(const Tensor& t, DType dtype) {
+  Attrs at;
+  at.dtype = dtype;
+  return dispatch1(OpCall{OpId::convert_element_type, {t}, at});
+}
+
+static std::vector<Tensor> decompose_in_f32(const OpCall& call, DType half) {
+  OpCall wide = call;
+  for (Value& v : wide.args)
+    if (v.is_tensor && v.tensor.defined() && is_half(v.tensor.dtype())) v.tensor = converted(v.tensor, DType::f32);
+  std::vector<Tensor> outs = dispatch(wide);
+  for (Tensor& t : outs)
+    if (t.defined() && t.dtype() == DType::f32) t = converted(t, half);
+  return outs;
+}
+
 std::vector<Tensor> run_eager(const OpCall& call) {
   if (call.op == OpId::custom) {
     // A composite with a kernel runs the kernel unless a gradient is needed:
@@ -245,6 +275,7 @@ std::vector<Tensor> run_eager(const OpCall& call) {
       if (needs_grad(call)) g_grad_hook(call, outs);
       return outs;
     }
+    if (DType half = DType::f32; half_composite(call, half)) return decompose_in_f32(call, half);
     return runs_fused(call) ? run_fused(call) : decompose(call);
   }
   std::vector<Tensor> outs = run_prim(call);

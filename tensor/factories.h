@@ -24,6 +24,8 @@ inline constexpr DType kI32 = DType::i32;
 inline constexpr DType kI64 = DType::i64;
 inline constexpr DType kF32 = DType::f32;
 inline constexpr DType kF64 = DType::f64;
+inline constexpr DType kBF16 = DType::bf16;
+inline constexpr DType kF16 = DType::f16;
 
 inline Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = kCPU) {
   return Tensor::empty(shape, dtype, device);

@@ -79,6 +79,8 @@ Tensor Tensor::rand(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::randn(const Shape& shape, DType dtype, Device device) {
   VOLT_CHECK(is_floating(dtype), "randn", "expected a floating dtype, got " << dtype_name(dtype));
+  // bf16 and f16: the same draws as f32, each rounded once more.
+  if (is_half(dtype)) return randn(shape, DType::f32, kCPU).to(dtype).to(device);
   int64_t n = shape_numel(shape);
   PhiloxState st = rng_reserve(static_cast<uint64_t>(n));
   Tensor t = empty(shape, dtype, kCPU);
@@ -92,6 +94,7 @@ Tensor Tensor::randn(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::randint(int64_t low, int64_t high, const Shape& shape, DType dtype, Device device) {
   VOLT_CHECK(high > low, "randint", "expected low < high, got " << low << " >= " << high);
+  VOLT_CHECK(!is_half(dtype), "randint", "draws integers; " << dtype_name(dtype) << " is not supported");
   int64_t n = shape_numel(shape);
   PhiloxState st = rng_reserve(static_cast<uint64_t>(n));
   Tensor t = empty(shape, dtype, kCPU);
@@ -141,6 +144,8 @@ double Tensor::item_double() const {
     return r(*this);
   }
   Tensor c = device().is_cpu() ? *this : to(kCPU);
+  if (c.dtype() == DType::bf16) return static_cast<const BF16*>(c.raw_data())->to_float();
+  if (c.dtype() == DType::f16) return static_cast<const F16*>(c.raw_data())->to_float();
   return VOLT_DISPATCH_DTYPE(c.dtype(), [&] {
     return static_cast<double>(*static_cast<const scalar_t*>(c.raw_data()));
   });

@@ -9,6 +9,7 @@
 #include <pmmintrin.h>
 
 #include <volt/tensor/backend.h>
+#include <volt/tensor/cpu/half.h>
 #include <volt/tensor/cpu/kernels.h>
 #include <volt/tensor/op_table.h>
 
@@ -96,11 +97,24 @@ class CpuBackend final : public Backend {
   bool fuses(OpId op) const override { return has_fused_kernel(op); }
 
   void run(const OpCall& call, std::vector<Tensor>& outs) override {
-    Tensor& out = outs[0];
     const OpInfo& info = op_info(call.op);
     for (const Value& v : call.args)
       if (v.is_tensor && v.tensor.defined())
         VOLT_CHECK(v.tensor.has_data(), info.name, "got a tensor without data (" << v.tensor.meta_str() << ")");
+    // bf16 and f16 compute through the f32 kernels (tensor/cpu/half.cpp);
+    // conversions and copies handle them directly.
+    const bool converts = info.kind == OpKind::Convert || info.kind == OpKind::Copy;
+    if (info.kind == OpKind::Matmul && cpu::run_bf16_matmul(call, outs[0])) return;
+    if (!converts && cpu::run_widened(call, outs, [this](const OpCall& c, std::vector<Tensor>& o) { run_f32(c, o); }))
+      return;
+    run_f32(call, outs);
+  }
+
+ private:
+  // Runs a prim whose tensors are of the six dtypes other than bf16 and f16.
+  void run_f32(const OpCall& call, std::vector<Tensor>& outs) {
+    Tensor& out = outs[0];
+    const OpInfo& info = op_info(call.op);
     switch (info.kind) {
       case OpKind::Unary:
       case OpKind::Binary:
@@ -126,7 +140,6 @@ class CpuBackend final : public Backend {
     }
   }
 
- private:
   // Never destroyed: tensors held by static objects may die after the backend.
   LargeBlockCache& large_ = *new LargeBlockCache;
 };

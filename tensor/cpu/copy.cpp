@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include <volt/tensor/cpu/half.h>
 #include <volt/tensor/cpu/kernels.h>
 #include <volt/tensor/cpu/loops.h>
 #include <volt/tensor/op_table.h>
@@ -49,9 +50,33 @@ void where_operands(const std::array<Operand, 3>& in, Tensor& out) {
   });
 }
 
+// Scatters the contiguous tmp into dst's strides by walking dst as the "input"
+// of a reversed copy.  T: the element type (or its bits).
+template <class T>
+void scatter(const Tensor& dst, const Tensor& tmp) {
+  const T* s = static_cast<const T*>(tmp.raw_data());
+  T* d = static_cast<T*>(dst.raw_data());
+  const Shape& sh = dst.sizes();
+  int64_t nd = dst.dim(), n = dst.numel();
+  Shape idx(nd, 0);
+  int64_t off = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    d[off] = s[k];
+    for (int64_t dd = nd - 1; dd >= 0; --dd) {
+      if (++idx[dd] < sh[dd]) {
+        off += dst.strides()[dd];
+        break;
+      }
+      off -= (sh[dd] - 1) * dst.strides()[dd];
+      idx[dd] = 0;
+    }
+  }
+}
+
 }  // namespace
 
 void convert_kernel(const Tensor& src, Tensor& out) {
+  if (is_half(src.dtype()) || is_half(out.dtype())) return convert_half(src, out);
   VOLT_DISPATCH_DTYPE(out.dtype(), [&] { convert_into<scalar_t>(out, src); });
 }
 
@@ -66,28 +91,11 @@ void copy_kernel(const Tensor& dst, const Tensor& src) {
   }
   // Through a contiguous temporary, so overlapping views stay correct.
   Tensor tmp = Tensor::empty(src.sizes(), src.dtype(), kCPU);
-  VOLT_DISPATCH_DTYPE(src.dtype(), [&] { convert_into<scalar_t>(tmp, src); });
+  convert_kernel(src, tmp);
   Operand o = operand_of(tmp, dst.sizes());
-  // Scatter into dst's strides by walking dst as the "input" of a reversed copy.
-  VOLT_DISPATCH_DTYPE(dst.dtype(), [&] {
-    const scalar_t* s = reinterpret_cast<const scalar_t*>(o.ptr);
-    scalar_t* d = static_cast<scalar_t*>(dst.raw_data());
-    const Shape& sh = dst.sizes();
-    int64_t nd = dst.dim(), n = dst.numel();
-    Shape idx(nd, 0);
-    int64_t off = 0;
-    for (int64_t k = 0; k < n; ++k) {
-      d[off] = s[k];
-      for (int64_t dd = nd - 1; dd >= 0; --dd) {
-        if (++idx[dd] < sh[dd]) {
-          off += dst.strides()[dd];
-          break;
-        }
-        off -= (sh[dd] - 1) * dst.strides()[dd];
-        idx[dd] = 0;
-      }
-    }
-  });
+  // bf16 and f16 move as their bits.
+  if (is_half(dst.dtype())) return scatter<uint16_t>(dst, tmp);
+  VOLT_DISPATCH_DTYPE(dst.dtype(), [&] { scatter<scalar_t>(dst, tmp); });
 }
 
 void where_kernel(const OpCall& call, Tensor& out) {

@@ -302,6 +302,13 @@ class CudaBackend final : public Backend {
     for (const Value& v : call.args)
       if (v.is_tensor && v.tensor.defined())
         VOLT_CHECK(v.tensor.has_data(), info.name, "got a tensor without data (" << v.tensor.meta_str() << ")");
+    for (const Value& v : call.args)
+      if (v.is_tensor && v.tensor.defined())
+        VOLT_CHECK(!is_half(v.tensor.dtype()), info.name,
+                   dtype_name(v.tensor.dtype()) << " tensors are not supported on CUDA yet (the CPU computes them)");
+    for (const Tensor& t : outs)
+      VOLT_CHECK(!is_half(t.dtype()), info.name,
+                 dtype_name(t.dtype()) << " results are not supported on CUDA yet (the CPU computes them)");
     switch (info.kind) {
       case OpKind::Unary:
       case OpKind::Binary:

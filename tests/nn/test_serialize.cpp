@@ -246,7 +246,7 @@ TEST_CASE("duplicate names and overlapping data_offsets are refused") {
   CHECK(nn::load_tensors(f.str()).size() == 3);
 }
 
-TEST_CASE("F16 and BF16 tensors load as f32, exactly") {
+TEST_CASE("F16 and BF16 tensors load as f32 on request, exactly") {
   TempFile f("half");
   // Bit patterns and their values from IEEE 754 binary16 and bfloat16 (the top
   // half of a binary32): normal, subnormal, the largest half, signed zero, inf.
@@ -260,7 +260,7 @@ TEST_CASE("F16 and BF16 tensors load as f32, exactly") {
   std::memcpy(bytes.data() + 8 + json.size(), half, 16);
   std::memcpy(bytes.data() + 8 + json.size() + 16, bf, 6);
   write_all(f.str(), bytes);
-  auto t = nn::load_tensors(f.str());
+  auto t = nn::load_tensors(f.str(), /*widen_16bit=*/true);
   REQUIRE(t.size() == 2);
   CHECK(t[0].second.dtype() == DType::f32);
   CHECK(t[0].second.sizes() == Shape{2, 4});

@@ -175,6 +175,8 @@ inline double to_dtype(DType dt, double x) {
     case DType::i64: return static_cast<double>(static_cast<int64_t>(x));
     case DType::f32: return static_cast<float>(x);
     case DType::f64: return x;
+    case DType::bf16: return BF16::from_float(static_cast<float>(x)).to_float();
+    case DType::f16: return F16::from_float(static_cast<float>(x)).to_float();
   }
   return x;
 }
