@@ -21,7 +21,12 @@ say "the test suite"
 say "the package checks"
 # volt as other projects use it: installed (find_package, pkg-config) and vendored
 # (add_subdirectory); and every C++ block of README.md compiled.
-tests/package/check.sh build
+# The vendored (add_subdirectory) build is the sanitizer build's (below) when it runs.
+if [ "${VOLT_SANITIZE:-1}" != 0 ]; then
+  VOLT_VENDORED_BUILD=build-asan tests/package/check.sh build
+else
+  tests/package/check.sh build
+fi
 tests/package/readme_snippets.sh build
 # volt::dist and data-parallel training on 2 MPI ranks (an MPI build only).
 if [ -x build/tests/volt_mpi_tests ]; then
@@ -62,6 +67,8 @@ if [ "${VOLT_SANITIZE:-1}" != 0 ]; then
   wait "$asan_build" || { cat "$asan_log" >&2; exit 1; }
   tail -1 "$asan_log"
   rm -f "$asan_log"
+  say "the package check's vendored build (add_subdirectory, the sanitizer build)"
+  ./build-asan/consumer
   tests/sanitize.sh
 fi
 say "all passed"

@@ -14,15 +14,23 @@ build_only=0
 if [ "${1:-}" = --build-only ]; then build_only=1; shift; fi
 
 flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g1"
+# volt is built here as a project that vendors it builds it: tests/package's
+# consumer with add_subdirectory (and volt's tests on), so that this one build
+# is also the package check's vendored build (test.sh runs build-asan/consumer).
+if [ -f build-asan/CMakeCache.txt ] && ! grep -q '^VOLT_CONSUME:' build-asan/CMakeCache.txt; then
+  rm -rf build-asan  # made by an older version of this script, as a top-level build
+fi
 if [ ! -f build-asan/CMakeCache.txt ]; then
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=None -DVOLT_NATIVE=OFF \
+  cmake -S tests/package -B build-asan -DVOLT_CONSUME=subdirectory -DVOLT_SOURCE_DIR="$PWD" -DVOLT_BUILD_TESTS=ON \
+    -DCMAKE_BUILD_TYPE=None -DVOLT_NATIVE=OFF \
     -DCMAKE_CXX_FLAGS="$flags" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
     -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
     ${CMAKE_CXX_COMPILER_LAUNCHER:+-DCMAKE_CXX_COMPILER_LAUNCHER=$CMAKE_CXX_COMPILER_LAUNCHER} >/dev/null
 fi
 # Only what the tests run: the examples and the benchmark are left out.
-cmake --build build-asan -j "$(nproc 2>/dev/null || echo 2)" --target volt_tests
+cmake --build build-asan -j "$(nproc 2>/dev/null || echo 2)" --target volt_tests consumer
+tests=build-asan/volt/tests/volt_tests
 if ((build_only)); then echo "volt: build-asan built in $(( $(date +%s) - start )) s"; exit 0; fi
 
 # allocator_may_return_null: a huge request fails as it does without ASan (an
@@ -31,7 +39,7 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1:
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 echo "volt: the test suite under ASan and UBSan (build-asan), built in $(( $(date +%s) - start )) s"
 if [ $# -gt 0 ]; then
-  ./build-asan/tests/volt_tests "$@"
+  ./$tests "$@"
 else
   # A sanitized run is mostly one thread: two runs at once, each with every
   # other test file (so the slow ones spread), each printed when both are done.
@@ -42,9 +50,9 @@ else
     half[$((k % 2))]+="${half[$((k % 2))]:+,}$pattern"
   done
   logs=$(mktemp -d)
-  ./build-asan/tests/volt_tests -sf="${half[0]}" >"$logs/0" 2>&1 &
+  ./$tests -sf="${half[0]}" >"$logs/0" 2>&1 &
   first=$!
-  ./build-asan/tests/volt_tests -sf="${half[1]}" >"$logs/1" 2>&1 &
+  ./$tests -sf="${half[1]}" >"$logs/1" 2>&1 &
   second=$!
   ok=1
   wait "$first" || ok=0
@@ -58,7 +66,7 @@ fi
 # inherited by the processes volt starts (the host compiler that builds fused
 # CPU kernels among them), which must run as in the ordinary pass.  volt's
 # CUDA backend, which it serves, is the instrumented one of build-asan.
-if grep -q "VOLT_WITH_CUDA" build-asan/CMakeFiles/volt.dir/flags.make 2>/dev/null; then
+if grep -q "VOLT_WITH_CUDA" build-asan/volt/CMakeFiles/volt.dir/flags.make 2>/dev/null; then
   [ -f build/CMakeCache.txt ] || cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build -j "$(nproc 2>/dev/null || echo 2)" --target volt_cudasim
   echo "volt: the CUDA tests on the simulated GPU, under ASan and UBSan ($(( $(date +%s) - start )) s in)"
@@ -66,7 +74,7 @@ if grep -q "VOLT_WITH_CUDA" build-asan/CMakeFiles/volt.dir/flags.make 2>/dev/nul
   export VOLT_KERNEL_CACHE="$PWD/build/cudasim-kernels"
   # The preloaded library comes before the sanitizer runtime in the load order.
   ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0" LD_PRELOAD="$PWD/build/tests/libvolt_cudasim.so" \
-    ./build-asan/tests/volt_tests \
+    ./$tests \
     -tc='cuda: *,cuda child*,lazy: the CUDA backend*,eigen_linear*' -tce='cuda: every elementwise op*'
 fi
 echo "volt: sanitizer pass clean in $(( $(date +%s) - start )) s"
