@@ -163,3 +163,37 @@ TEST_CASE("compile_step: a parameter frozen after the first call is no longer tr
   CHECK(param_diff(*eager_net, *net) < 1e-6);
   CHECK(step.compiles() == 2);
 }
+
+TEST_CASE("compile_step: optimizer state loaded before or after the first call is the state it runs on") {
+  const fs::path dir = fs::temp_directory_path() / ("volt-test-step-resume-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const Batch bt = make_batch(8, 4), other = make_batch(8, 5);
+  // The checkpoint: 4 Adam steps.
+  auto net = make_net();
+  nn::Adam opt(net->parameters(), {.lr = 1e-2});
+  auto step = make_step(*net, opt);
+  for (int i = 0; i < 4; ++i) step(bt.x, bt.y);
+  nn::save_checkpoint(dir.string(), *net, opt, {1, 4});
+  // The reference: an eager run resumed from it, 5 steps.
+  auto eager_net = make_net();
+  nn::Adam eager_opt(eager_net->parameters(), {.lr = 1e-2});
+  nn::load_checkpoint(dir.string(), *eager_net, eager_opt);
+  std::vector<double> want;
+  for (int i = 0; i < 5; ++i) want.push_back(eager_step(*eager_net, eager_opt, bt.x, bt.y).item_double());
+
+  // After the first call: train on (other data, so the moments move), load,
+  // continue compiled.
+  for (int i = 0; i < 3; ++i) step(other.x, other.y);
+  nn::load_checkpoint(dir.string(), *net, opt);
+  for (int i = 0; i < 5; ++i) CHECK(std::fabs(step(bt.x, bt.y).item_double() - want[static_cast<size_t>(i)]) < 1e-6);
+  CHECK(param_diff(*eager_net, *net) < 1e-6);
+
+  // Before the first call: a step made (its zero state taken), then the load.
+  auto fresh_net = make_net();
+  nn::Adam fresh_opt(fresh_net->parameters(), {.lr = 1e-2});
+  auto fresh = make_step(*fresh_net, fresh_opt);
+  nn::load_checkpoint(dir.string(), *fresh_net, fresh_opt);
+  for (int i = 0; i < 5; ++i) CHECK(std::fabs(fresh(bt.x, bt.y).item_double() - want[static_cast<size_t>(i)]) < 1e-6);
+  CHECK(param_diff(*eager_net, *fresh_net) < 1e-6);
+  fs::remove_all(dir);
+}
