@@ -1,5 +1,5 @@
 #include <volt/jit/kernel_cache.h>
-#include <volt/jit/private_files.h>
+#include <volt/tensor/private_files.h>
 
 #include <dlfcn.h>
 #include <fcntl.h>

@@ -27,7 +27,7 @@
 // why); an entry's files are read or loaded only when they are regular files
 // of this user, opened without following links; and every file is written in
 // a fresh private directory, opened O_CREAT|O_EXCL|O_NOFOLLOW, then renamed
-// into place (jit/private_files.h).  A file that fails any check is a damaged
+// into place (tensor/private_files.h).  A file that fails any check is a damaged
 // entry: one warning, and the entry is built again.
 //
 // The compiler runs through posix_spawn with an argument list, no shell, so

@@ -17,7 +17,7 @@
 
 #include <volt/autograd/node.h>
 #include <volt/jit/executor.h>
-#include <volt/jit/private_files.h>
+#include <volt/tensor/private_files.h>
 #include <volt/tensor/custom_op.h>
 
 extern char** environ;

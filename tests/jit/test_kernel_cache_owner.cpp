@@ -18,7 +18,11 @@
 #include <volt/jit/inspect/dot.h>
 #include <volt/jit/jit.h>
 #include <volt/jit/kernel_cache.h>
+#include <volt/tensor/cuda/nvrtc.h>
+#include <volt/tensor/cuda/runtime.h>
 #include <volt/tensor/ops.h>
+
+#include "cuda/skip_without_gpu.h"
 
 using namespace volt;
 namespace fs = std::filesystem;
@@ -220,5 +224,27 @@ TEST_CASE("dot: the SVG's scratch files follow no link planted in the temporary 
   CHECK_MESSAGE(svg.find("<svg") != std::string::npos, error);
   CHECK(slurp(victim) == "precious");
   for (const fs::path& p : planted) fs::remove(p);
+  fs::remove_all(root_dir());
+}
+
+TEST_CASE("cuda: the CUDA kernel cache reads no link and writes through none") {
+  SKIP_WITHOUT_GPU();
+  const fs::path d = fresh_dir("cuda");
+  const fs::path victim = root_dir() / "victim", victim2 = root_dir() / "victim2";
+  std::ofstream(victim) << "precious";
+  std::ofstream(victim2) << "precious";
+  // A source no other case compiles (so it is not in memory already).
+  const std::string source = cuda::prelude() + "// " + std::to_string(::getpid()) +
+                             "\nextern \"C\" __global__ void volt_owner_probe(float* x) { x[0] = 1; }\n";
+  const cuda::CacheEntry entry = cuda::cache_entry(source, cuda::compute_capability(0));
+  fs::create_symlink(victim, d / entry.file);  // read as an image, it would fail to load...
+  fs::create_symlink(victim2, d / (entry.file + ".tmp" + std::to_string(::getpid())));  // ...and be rewritten here
+  {
+    CacheScope scope(d);
+    CHECK(cuda::get_kernel(source, "volt_owner_probe", 0) != nullptr);
+  }
+  CHECK(slurp(victim) == "precious");
+  CHECK(slurp(victim2) == "precious");
+  CHECK(fs::is_regular_file(fs::symlink_status(d / entry.file)));
   fs::remove_all(root_dir());
 }

@@ -1,4 +1,4 @@
-#include <volt/jit/private_files.h>
+#include <volt/tensor/private_files.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <sstream>
 
-namespace volt::jit {
+namespace volt {
 
 namespace fs = std::filesystem;
 
@@ -87,15 +87,11 @@ bool read_own_file(const fs::path& p, std::string* out, std::string* why) {
   return reason.empty();
 }
 
-bool write_new_file(const fs::path& p, const std::string& bytes, std::string* why) {
-  std::string local;
-  std::string& reason = why ? *why : local;
-  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    reason = std::string("cannot create ") + p.string() + ": " + std::strerror(errno);
-    return false;
-  }
-  reason.clear();
+namespace {
+
+// Writes `bytes` to `fd` and closes it; "" or why not.
+std::string write_all(int fd, const std::string& bytes, const fs::path& p) {
+  std::string reason;
   for (size_t done = 0; done < bytes.size();) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
@@ -106,7 +102,38 @@ bool write_new_file(const fs::path& p, const std::string& bytes, std::string* wh
     done += static_cast<size_t>(n);
   }
   if (::close(fd) != 0 && reason.empty()) reason = std::string("cannot write ") + p.string() + ": " + std::strerror(errno);
+  return reason;
+}
+
+}  // namespace
+
+bool write_new_file(const fs::path& p, const std::string& bytes, std::string* why) {
+  std::string local;
+  std::string& reason = why ? *why : local;
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    reason = std::string("cannot create ") + p.string() + ": " + std::strerror(errno);
+    return false;
+  }
+  reason = write_all(fd, bytes, p);
   return reason.empty();
 }
 
-}  // namespace volt::jit
+bool write_file_replacing(const fs::path& file, const std::string& bytes, std::string* why) {
+  std::string local;
+  std::string& reason = why ? *why : local;
+  std::string tmp = (file.parent_path() / ("." + file.filename().string() + ".XXXXXX")).string();
+  const int fd = ::mkstemp(tmp.data());  // O_CREAT|O_EXCL, 0600, a name no one foresaw
+  if (fd < 0) {
+    reason = std::string("cannot create a temporary file beside ") + file.string() + ": " + std::strerror(errno);
+    return false;
+  }
+  reason = write_all(fd, bytes, tmp);
+  std::error_code ec;
+  if (reason.empty()) fs::rename(tmp, file, ec);
+  if (ec) reason = "cannot rename " + tmp + " to " + file.string() + ": " + ec.message();
+  if (!reason.empty()) fs::remove(tmp, ec);
+  return reason.empty();
+}
+
+}  // namespace volt
