@@ -16,6 +16,7 @@
 #include <volt/nn/functional.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
+#include <volt/tensor/memory_stats.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 
@@ -119,6 +120,7 @@ TEST_CASE("compile_step: at most max_cached_shapes programs are kept, the least 
   // Many shapes, each used once: the count stays at the bound, and so do the
   // arenas (freed with their programs), with results still right after
   // programs were dropped and compiled again.
+  const uint64_t live_before = storage_bytes().live;
   for (int64_t rows = 1; rows <= 12; ++rows) {
     const Batch bt = make_batch(rows % 6 + 1, static_cast<uint64_t>(100 + rows));
     const double want = eager_step(*eager_net, eager_opt, bt.x, bt.y).item_double();
@@ -128,6 +130,10 @@ TEST_CASE("compile_step: at most max_cached_shapes programs are kept, the least 
     CHECK(step.cached_arena_bytes() <= 2 * most_arena);
   }
   CHECK(param_diff(*eager_net, *net) < 1e-6);
+  // Tensor storage live now: no more than the two programs' arenas more than
+  // before the loop (six more shapes' arenas, were none freed).
+  const uint64_t live_after = storage_bytes().live;
+  CHECK(live_after <= live_before + 2 * most_arena);
   CHECK_THROWS_WITH_AS(make_step(*net, opt, 0), doctest::Contains("max_cached_shapes"), Error);
 }
 
