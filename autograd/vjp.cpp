@@ -196,7 +196,7 @@ std::vector<Tensor> vjp(const OpCall& c, const Tensor& g, const std::vector<Tens
       // mode's conv2d_relu fuses only without grad, so rarely).
       const Tensor y = !at.flag ? Tensor() : !outputs.empty() && outputs[0].defined() ? outputs[0]
                                                                                       : convolution(x, wt, bias, w, true);
-      const Tensor gy = at.flag ? where(gt(y, 0.0), g, 0.0) : g;
+      const Tensor gy = at.flag ? where(le(y, 0.0), 0.0, g) : g;  // as relu's own rule: NaN passes
       std::vector<Tensor> r{convolution_grad_input(gy, wt, w, x.size(2), x.size(3)), convolution_grad_weight(gy, x, w)};
       // The bias: over each image's plane (contiguous), then over the batch.
       if (c.args.size() == 3) r.push_back(sum(sum(gy, {2, 3}), {0}));

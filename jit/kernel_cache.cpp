@@ -1,4 +1,5 @@
 #include <volt/jit/kernel_cache.h>
+#include <volt/tensor/private_files.h>
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -91,61 +92,49 @@ std::string hex128(const std::string& s) {
   return buf;
 }
 
-// False for anything but a readable regular file: a directory or a device
-// where an entry should be is a damaged entry (rebuilt or run unfused), and a
-// read error never escapes as an exception.
-bool read_file(const fs::path& p, std::string* out) {
-  std::error_code ec;
-  if (!fs::is_regular_file(p, ec)) return false;
-  try {
-    std::ifstream f(p, std::ios::binary);
-    if (!f) return false;
-    out->assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-    return !f.bad();
-  } catch (const std::exception&) {
-    return false;
-  }
+// False for anything but a regular file of this user, read without following
+// a link: a directory, a device, a link or another user's file where an entry
+// should be is a damaged entry (rebuilt or run unfused), never an exception.
+bool read_file(const fs::path& p, std::string* out, std::string* why = nullptr) {
+  return read_own_file(p, out, why);
 }
 
-// Whether files can be made in `dir` (creating it if needed); `why` says why not.
-bool writable_dir(const fs::path& dir, std::string* why) {
+// Whether `dir` is a private directory of this user in which files can be made
+// (a probe file under a fresh name, O_EXCL, never through a planted link).
+bool usable_dir(const fs::path& dir, std::string* why) {
+  if (!private_dir(dir, why)) return false;
+  const fs::path probe_dir = make_private_temp_dir(dir, ".probe" + std::to_string(::getpid()) + "-");
+  if (probe_dir.empty()) {
+    *why = std::string("cannot be written: ") + std::strerror(errno);
+    return false;
+  }
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    *why = ec.message();
-    return false;
-  }
-  fs::path probe = dir / (".probe" + std::to_string(::getpid()));
-  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0) {
-    *why = std::strerror(errno);
-    return false;
-  }
-  ::close(fd);
-  fs::remove(probe, ec);
+  fs::remove(probe_dir, ec);
   return true;
 }
 
-// The fallback when the chosen directory cannot be written:
+// A fresh private directory from mkdtemp, made once per process: where the
+// cache goes when neither the chosen directory nor the shared fallback is
+// private to this user.
+const fs::path& own_temp_dir() {
+  static const fs::path own = make_private_temp_dir(fs::temp_directory_path(), "volt-kernels-");
+  return own;
+}
+
+// The fallback when the chosen directory cannot be used:
 // /tmp/volt-kernels-<uid>, made 0700, and used only when it is a directory
 // this user owns that no one else may write (another user could otherwise
 // plant a library there); else a fresh private directory from mkdtemp.
 fs::path private_fallback_dir() {
   const fs::path shared = fs::temp_directory_path() / ("volt-kernels-" + std::to_string(::geteuid()));
-  ::mkdir(shared.c_str(), 0700);
-  struct stat st {};
-  if (::lstat(shared.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() &&
-      (st.st_mode & (S_IWGRP | S_IWOTH)) == 0)
-    return shared;
-  static const fs::path own = [] {
-    std::string tmpl = (fs::temp_directory_path() / "volt-kernels-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) return fs::path();
-    return fs::path(tmpl);
-  }();
+  std::string why;
+  if (usable_dir(shared, &why)) return shared;
   static bool told = false;
-  if (!told) std::cerr << "volt: " << shared << " is not a private directory of this user; using " << own << "\n";
+  if (!told)
+    std::cerr << "volt: " << shared << " is not a private directory of this user (it " << why << "); using "
+              << own_temp_dir() << "\n";
   told = true;
-  return own;
+  return own_temp_dir();
 }
 
 std::mutex g_mutex;  // guards everything below and serialises compiles
@@ -155,12 +144,12 @@ fs::path resolve_dir() {
   const char* env = std::getenv("VOLT_KERNEL_CACHE");
   fs::path dir = env && *env ? fs::path(env) : fs::path(home && *home ? home : "/tmp") / ".cache/volt/kernels";
   std::string why;
-  if (writable_dir(dir, &why)) return dir;
+  if (usable_dir(dir, &why)) return dir;
   fs::path fallback = private_fallback_dir();
   static std::set<std::string> told;  // one message per directory
   if (told.insert(dir.string()).second)
-    std::cerr << "volt: the kernel cache directory " << dir << " cannot be written (" << why << "); using "
-              << fallback << " instead (set VOLT_KERNEL_CACHE to choose another)\n";
+    std::cerr << "volt: the kernel cache directory " << dir << " " << why << "; using " << fallback
+              << " instead (set VOLT_KERNEL_CACHE to choose another)\n";
   return fallback;
 }
 
@@ -175,7 +164,7 @@ bool run_compiler(const std::string& cxx, const fs::path& src, const fs::path& o
   argv.push_back(nullptr);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   pid_t pid = 0;
   int rc = posix_spawnp(&pid, cxx.c_str(), &actions, nullptr, argv.data(), environ);
@@ -201,47 +190,47 @@ std::string key_file_text(const std::string& library_bytes, const std::string& k
   return os.str();
 }
 
-// Builds the entry for `key` at `library` (and its .key file).  Both files are
-// written under temporary names and renamed, so no reader sees half a file.
+// Builds the entry for `key` at `library` (and its .key file).  Every file is
+// made in a fresh private directory beside the entry (mkdtemp: no name another
+// user or process could foresee), written O_EXCL|O_NOFOLLOW, and renamed into
+// place, so no reader sees half a file and no planted link is followed.
 bool build(const std::string& cxx, const std::string& source, const std::string& key, const fs::path& library,
            std::string* error) {
-  const std::string tag = ".tmp" + std::to_string(::getpid());
-  fs::path src = library, src_tmp, tmp = library, meta = library, meta_tmp = library, log = library;
-  src.replace_extension(".cpp");
-  src_tmp = library;
-  src_tmp.replace_extension(tag + ".cpp");  // another process may be building the same entry: each its own source
-  tmp += tag;
-  meta.replace_extension(".key");
-  meta_tmp = meta;
-  meta_tmp += tag;
-  log.replace_extension(".log" + tag);
-  {
-    std::ofstream f(src_tmp, std::ios::binary | std::ios::trunc);
-    f << source;
-    if (!f) {
-      *error = "cannot write " + src_tmp.string() + "\n";
-      return false;
+  const fs::path work = make_private_temp_dir(library.parent_path(), ".build-");
+  if (work.empty()) {
+    *error = "cannot make a build directory in " + library.parent_path().string() + ": " + std::strerror(errno) + "\n";
+    return false;
+  }
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
     }
+  } cleanup{work};
+  const fs::path src_tmp = work / "kernel.cpp", tmp = work / "kernel.so", meta_tmp = work / "kernel.key",
+                 log = work / "compiler.log";
+  fs::path src = library, meta = library;
+  src.replace_extension(".cpp");
+  meta.replace_extension(".key");
+  std::string why;
+  if (!write_new_file(src_tmp, source, &why)) {
+    *error = why + "\n";
+    return false;
   }
   const bool compiled = run_compiler(cxx, src_tmp, tmp, log, error);
-  std::error_code src_ec;
-  fs::rename(src_tmp, src, src_ec);  // kept beside the library, for readers
-  if (src_ec) fs::remove(src_tmp, src_ec);
+  std::error_code ec;
+  fs::rename(src_tmp, src, ec);  // kept beside the library, for readers
   if (!compiled) return false;
   std::string bytes;
   if (!read_file(tmp, &bytes)) {
     *error = "the compiler wrote no library at " + tmp.string() + "\n";
     return false;
   }
-  {
-    std::ofstream f(meta_tmp, std::ios::binary);
-    f << key_file_text(bytes, key);
-    if (!f) {
-      *error = "cannot write " + meta_tmp.string() + "\n";
-      return false;
-    }
+  if (!write_new_file(meta_tmp, key_file_text(bytes, key), &why)) {
+    *error = why + "\n";
+    return false;
   }
-  std::error_code ec;
   fs::rename(tmp, library, ec);
   if (!ec) fs::rename(meta_tmp, meta, ec);
   if (ec) *error = "cannot store " + library.string() + ": " + ec.message() + "\n";
@@ -270,8 +259,8 @@ fs::path kernel_cache_library(const std::string& source) {
 std::string kernel_cache_problem(const fs::path& library, const std::string& key) {
   fs::path meta = library;
   meta.replace_extension(".key");
-  std::string text, bytes;
-  if (!read_file(meta, &text)) return "has no readable " + meta.filename().string();
+  std::string text, bytes, why;
+  if (!read_file(meta, &text, &why)) return "has no readable " + meta.filename().string() + " (it " + why + ")";
   std::istringstream in(text);
   std::string magic, word;
   unsigned long long size = 0, hash = 0, key_size = 0;
@@ -283,7 +272,7 @@ std::string kernel_cache_problem(const fs::path& library, const std::string& key
   std::string stored(std::istreambuf_iterator<char>(in), {});
   if (stored.size() != key_size) return "has a damaged .key file (key cut short)";
   if (stored != key) return "belongs to another kernel (its stored key differs)";
-  if (!read_file(library, &bytes)) return "has no readable library";
+  if (!read_file(library, &bytes, &why)) return "has no readable library (it " + why + ")";
   if (bytes.size() != size)
     return "is damaged (the library has " + std::to_string(bytes.size()) + " bytes, " + std::to_string(size) +
            " were stored)";
@@ -355,12 +344,17 @@ std::vector<void*> load_host_kernels_impl(const std::string& body, const std::ve
     return symbols(it->second, &missing);
   }
   std::error_code ec;
-  bool have = fs::exists(library, ec);
-  if (have || fs::exists(fs::path(library).replace_extension(".key"), ec)) {
+  const fs::path meta = fs::path(library).replace_extension(".key");
+  bool have = fs::exists(fs::symlink_status(library, ec));
+  if (have || fs::exists(fs::symlink_status(meta, ec))) {
     std::string problem = kernel_cache_problem(library, key);
     if (!problem.empty()) {
       std::cerr << "volt: kernel cache entry " << library << " " << problem << "; compiling it again\n";
       have = false;
+      // Whatever is not a regular file there (a directory, a link) is moved
+      // out of the way of the new entry; a link is removed, never followed.
+      for (const fs::path& p : {library, meta})
+        if (!fs::is_regular_file(fs::symlink_status(p, ec))) fs::remove_all(p, ec);
     }
   }
   for (int attempt = 0; attempt < 2; ++attempt) {

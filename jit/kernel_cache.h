@@ -18,6 +18,18 @@
 // kernel is exported as <name>_k<hash> (VOLT_KEY in the source), so even a
 // library that passed the checks cannot hand out another key's kernel.
 //
+// The .key detects damage (a torn write, a full disk, a stray edit), not
+// tampering: whoever can write the cache directory can write a matching .key
+// beside a library of their own.  The defence is ownership: the directory
+// (VOLT_KERNEL_CACHE, the default, or the fallback) is made 0700 and used
+// only when this effective user owns it and neither its group nor others may
+// write it (else a fresh mkdtemp directory, with one line on stderr saying
+// why); an entry's files are read or loaded only when they are regular files
+// of this user, opened without following links; and every file is written in
+// a fresh private directory, opened O_CREAT|O_EXCL|O_NOFOLLOW, then renamed
+// into place (tensor/private_files.h).  A file that fails any check is a damaged
+// entry: one warning, and the entry is built again.
+//
 // The compiler runs through posix_spawn with an argument list, no shell, so
 // any cache path works.  VOLT_CXX names the compiler (one program, no
 // arguments).  If the cache directory cannot be created or written, a

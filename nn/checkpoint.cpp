@@ -1,5 +1,6 @@
 #include <volt/nn/checkpoint.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <type_traits>
@@ -37,6 +38,26 @@ Int whole_field(const nlohmann::json& j, const char* name, const fs::path& path,
   return v.get<Int>();
 }
 
+// A file's fingerprint: its size and FNV-1a hash, as "<bytes>:<hex>".
+// trainer.json, written last, holds the other files' fingerprints, so a
+// checkpoint torn by a crash between two renames (a new model beside an old
+// optimizer file) is refused when loaded instead of resuming a mixed run.
+std::string fingerprint(const fs::path& path, const char* op) {
+  std::ifstream in(path, std::ios::binary);
+  VOLT_CHECK(in.good(), op, "cannot read " << path.string());
+  uint64_t h = 1469598103934665603ull, n = 0;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    for (std::streamsize i = 0; i < in.gcount(); ++i) h = (h ^ static_cast<unsigned char>(buf[i])) * 1099511628211ull;
+    n += static_cast<uint64_t>(in.gcount());
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::to_string(n) + ":" + hex;
+}
+
+const char* const kFiles[] = {"model.safetensors", "optimizer.safetensors"};
+
 }  // namespace
 
 void save_checkpoint(const std::string& dir, const Module& module, const Optimizer& optimizer,
@@ -58,6 +79,7 @@ void save_checkpoint(const std::string& dir, const Module& module, const Optimiz
                             {"rng_seed", rng.seed},
                             {"rng_offset", rng.offset},
                             {"lr", optimizer.lr()}};
+  for (const char* f : kFiles) trainer["files"][f] = fingerprint(root / f, "save_checkpoint");
   write_atomically(root / "trainer.json", [&](const std::string& p) {
     std::ofstream out(p);
     out << trainer.dump(2) << "\n";
@@ -89,9 +111,22 @@ TrainingPosition load_checkpoint(const std::string& dir, Module& module, Optimiz
   } catch (const nlohmann::json::exception& e) {
     throw Error("load_checkpoint: " + json_path.string() + " lacks a field or has one of the wrong type: " + e.what());
   }
-  // Both files are read before either is applied: a damaged optimizer file
-  // leaves the model as it was.
+  // The files must be the ones trainer.json was saved with (checkpoints
+  // written before fingerprints were kept have none to compare).
+  if (trainer.contains("files"))
+    for (const char* f : kFiles) {
+      const nlohmann::json& want = trainer["files"].contains(f) ? trainer["files"][f] : nlohmann::json();
+      const std::string got = fingerprint(root / f, "load_checkpoint");
+      VOLT_CHECK(want.is_string() && want.get<std::string>() == got, "load_checkpoint",
+                 (root / f).string() << " is not the file " << json_path.string()
+                                     << " was saved with (a torn or mixed checkpoint): its fingerprint is " << got
+                                     << ", recorded " << want.dump());
+    }
+  // Everything is read and checked before anything is assigned: a damaged or
+  // out-of-range optimizer file leaves the model and the optimizer as they
+  // were, and load() changes the module only when the whole file fits it.
   NamedTensors optimizer_state = load_tensors((root / "optimizer.safetensors").string());
+  optimizer.check_state_dict(optimizer_state);
   load(module, (root / "model.safetensors").string(), /*strict=*/true);
   optimizer.load_state_dict(optimizer_state);
   set_rng_state(rng);

@@ -9,9 +9,15 @@
 //   // skip at.step batches of that epoch, then train on as before
 //
 // dir/model.safetensors, dir/optimizer.safetensors and dir/trainer.json
-// (epoch, step, generator seed and offset, learning rate).  Each file is
-// written beside its final name and renamed, so a crash leaves the previous
-// checkpoint whole.
+// (epoch, step, generator seed and offset, learning rate, and the size and
+// hash of the two other files).  Each file is written beside its final name
+// and renamed, trainer.json last, so a file is never seen half written; a
+// crash between two renames leaves files of two saves side by side, which
+// load_checkpoint refuses by their fingerprints rather than resume a mixed run.
+// A load reads and checks everything (the model's names, shapes and dtypes,
+// the optimizer's state and its range: nn/optim.h load_state_dict) before it
+// assigns anything, so a failed load leaves the module and optimizer as they
+// were.
 #pragma once
 #include <cstdint>
 #include <string>

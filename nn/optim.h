@@ -51,10 +51,17 @@ class Optimizer {
   // What a checkpoint keeps so that a resumed run goes on exactly (nn/checkpoint.h),
   // with PyTorch's names: "lr", "state.<i>.<name>" for parameter i (exp_avg,
   // exp_avg_sq, step, momentum_buffer, square_avg, acc_delta).  A parameter with
-  // no state yet has no entries.  load_state_dict copies the tensors in (shapes
-  // checked; every name it does not know is listed in one error).
+  // no state yet has no entries.  load_state_dict checks the whole dict first
+  // (known names; each parameter's shape and dtype; every slot the optimizer
+  // holds present; finite values; step a whole number >= 0; exp_avg_sq,
+  // square_avg and acc_delta >= 0; lr finite >= 0) and lists every misfit in
+  // one error, changing nothing; then it copies the tensors into the slots
+  // the optimizer already holds, in place, so a compiled step that took their
+  // handles (jit/step/step.h) sees the loaded state.  check_state_dict is the
+  // check alone.
   NamedTensors state_dict() const;
   void load_state_dict(const NamedTensors& state);
+  void check_state_dict(const NamedTensors& state);
 
  protected:
   std::vector<Tensor> params_;

@@ -120,9 +120,10 @@ std::vector<Tensor> decompose(const OpCall& call) {
     case OpId::rsqrt: return {div(Value(1.0), sqrt(a))};
     case OpId::reciprocal: return {div(Value(1.0), a)};
     case OpId::relu: {
-      // relu(x) = where(x > 0, x, 0)
+      // relu(x) = where(x <= 0, 0, x): a NaN is not <= 0, so it stays NaN
+      // (PyTorch's rule; where(x > 0, x, 0) would turn it into 0).
       Scalar z = zero_like(a.dtype());
-      return {where(gt(a, Value(z)), a, Value(z))};
+      return {where(le(a, Value(z)), Value(z), a)};
     }
     case OpId::dropout: {
       // Keep with probability 1-p, scale the kept values by 1/(1-p).

@@ -147,7 +147,16 @@ double evaluate(const ModelFn& model, data::DataLoader& loader, Device device) {
   return accuracy;
 }
 
-// Returns false when the loss stopped being finite.  With --jit step the loop
+// The name of the first parameter holding a NaN or an infinity, or "".
+// (Its sum, accumulated in f64, is finite exactly when every f32 element is:
+// one reduction per parameter, no temporary.)
+std::string non_finite_parameter(nn::Module& net) {
+  for (auto& [name, p] : net.named_parameters())
+    if (!std::isfinite(p.detach().sum().item<double>())) return name;
+  return "";
+}
+
+// Returns false when the loss or a parameter stopped being finite.  With --jit step the loop
 // body below is compiled once (volt::jit::compile_step) and `report` gets its
 // trace.  After each epoch `after_epoch` evaluates; with --save a checkpoint
 // is kept, and with --resume the run goes on from one.
@@ -192,6 +201,13 @@ bool train(const ModelFn& model, nn::Module& net, data::DataLoader& loader, cons
       if (!std::isfinite(value)) {
         std::printf("\nloss became %f at step %lld of epoch %lld; stopping\n", value, (long long)step,
                     (long long)epoch);
+        return false;
+      }
+      // A step can leave a parameter NaN or infinite while its loss (computed
+      // before the update) was still finite: stop there, not a step later.
+      if (const std::string bad = non_finite_parameter(net); !bad.empty()) {
+        std::printf("\nparameter %s became non-finite after step %lld of epoch %lld; stopping\n", bad.c_str(),
+                    (long long)step, (long long)epoch);
         return false;
       }
       loss_sum += value;

@@ -5,7 +5,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +17,7 @@
 
 #include <volt/autograd/node.h>
 #include <volt/jit/executor.h>
+#include <volt/tensor/private_files.h>
 #include <volt/tensor/custom_op.h>
 
 extern char** environ;
@@ -259,21 +259,23 @@ std::string dot_to_svg(const std::string& dot, std::string* error) {
   const std::string program = find_on_path("dot");
   if (program.empty()) return fail("Graphviz's dot is not installed (apt-get install graphviz)");
   namespace fs = std::filesystem;
+  // Scratch files in a private directory of their own (mkdtemp, 0700): fixed
+  // names in a shared /tmp could be links planted by another user.
   std::error_code ec;
-  fs::path dir = fs::temp_directory_path(ec);
-  if (ec) dir = "/tmp";
-  const std::string stem = (dir / ("volt-dot-" + std::to_string(::getpid()) + "-")).string();
-  static std::atomic<int> serial{0};
-  const std::string base = stem + std::to_string(serial++);
-  const std::string in = base + ".dot", out = base + ".svg", log = base + ".log";
-  {
-    std::ofstream f(in, std::ios::binary);
-    f << dot;
-    if (!f) return fail("cannot write " + in);
+  fs::path tmp_root = fs::temp_directory_path(ec);
+  if (ec) tmp_root = "/tmp";
+  const fs::path dir = make_private_temp_dir(tmp_root, "volt-dot-");
+  if (dir.empty()) return fail("cannot make a temporary directory in " + tmp_root.string() + ": " + std::strerror(errno));
+  const std::string in = (dir / "graph.dot").string(), out = (dir / "graph.svg").string(),
+                    log = (dir / "dot.log").string();
+  std::string why;
+  if (!write_new_file(in, dot, &why)) {
+    fs::remove_all(dir, ec);
+    return fail(why);
   }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   std::vector<std::string> args = {program, "-Tsvg", in, "-o", out};
   std::vector<char*> argv;
@@ -286,14 +288,10 @@ std::string dot_to_svg(const std::string& dot, std::string* error) {
   if (rc == 0)
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-  auto slurp = [](const std::string& p) {
-    std::ifstream f(p, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  };
-  std::string svg = rc == 0 ? slurp(out) : "", messages = slurp(log);
-  fs::remove(in, ec);
-  fs::remove(out, ec);
-  fs::remove(log, ec);
+  std::string svg, messages;
+  if (rc == 0) read_own_file(out, &svg);
+  read_own_file(log, &messages);
+  fs::remove_all(dir, ec);
   if (rc != 0) return fail("cannot start " + program + ": " + std::strerror(rc));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || svg.empty())
     return fail("dot failed: " + (messages.empty() ? std::string("no output") : messages));

@@ -29,14 +29,14 @@ const BoundSymbol* plain_convolution(const BoundSymbol& b) {
 bool is_zero(const Value& v) { return !v.is_tensor && v.scalar.value == 0.0; }
 bool is_tensor(const Value& v, int64_t id) { return v.is_tensor && v.tensor.defined() && id_of(v.tensor) == id; }
 
-// Whether `b` is gt(y, 0); whether it is where(mask, y, 0).
+// Whether `b` is le(y, 0); whether it is where(mask, 0, y): relu's decomposition.
 bool is_mask(const BoundSymbol& b, int64_t y) {
-  return !b.is_fusion() && b.call.op == OpId::gt && b.call.args.size() == 2 && is_tensor(b.call.args[0], y) &&
+  return !b.is_fusion() && b.call.op == OpId::le && b.call.args.size() == 2 && is_tensor(b.call.args[0], y) &&
          is_zero(b.call.args[1]) && b.outputs.size() == 1;
 }
 bool is_select(const BoundSymbol& b, int64_t mask, int64_t y) {
   return !b.is_fusion() && b.call.op == OpId::where && b.call.args.size() == 3 && is_tensor(b.call.args[0], mask) &&
-         is_tensor(b.call.args[1], y) && is_zero(b.call.args[2]) && b.outputs.size() == 1;
+         is_zero(b.call.args[1]) && is_tensor(b.call.args[2], y) && b.outputs.size() == 1;
 }
 
 // The fused prim: the convolution's call with its relu flag, making `out`.
@@ -80,7 +80,7 @@ void conv_relu_pass(std::vector<Trace>& traces) {
       replace[i] = fused(*conv, r.outputs[0]);
       drop.insert(rs[0]);
     } else if (rs.size() == 2) {
-      // gt(y, 0) then where(that, y, 0), in either order of the two readers.
+      // le(y, 0) then where(that, 0, y), in either order of the two readers.
       size_t g = rs[0], s = rs[1];
       if (!is_mask(t.bsyms[g], y)) std::swap(g, s);
       if (!is_mask(t.bsyms[g], y)) continue;

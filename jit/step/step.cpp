@@ -1,5 +1,6 @@
 #include <volt/jit/step/step.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -48,6 +49,7 @@ struct CompiledStep::Entry {
 };
 
 CompiledStep::CompiledStep(Fn fn, StepOptions options) : fn_(std::move(fn)), options_(std::move(options)) {
+  VOLT_CHECK(options_.max_cached_shapes >= 1, "compile_step", "max_cached_shapes must be at least 1");
   std::unordered_set<const TensorImpl*> seen;
   std::vector<Tensor> scalars;
   for (const StepState& s : options_.state) {
@@ -83,7 +85,8 @@ std::string CompiledStep::key_for(const std::vector<Tensor>& args) const {
   for (size_t i = 0; i < args.size(); ++i)
     os << "input" << i << "=" << args[i].meta_str() << (args[i].is_contiguous() ? "" : ",strided") << ";";
   for (size_t i = 0; i < state_.size(); ++i)
-    os << "state" << i << "=" << state_[i].meta_str() << (state_[i].is_contiguous() ? "" : ",strided") << ";";
+    os << "state" << i << "=" << state_[i].meta_str() << (state_[i].is_contiguous() ? "" : ",strided")
+       << (state_[i].requires_grad() ? ",requires_grad" : "") << ";";
   for (const StepState& s : options_.state)
     if (s.training) os << "training=" << s.training() << ";";
   os << "grad_mode=" << grad_enabled() << ";";
@@ -101,7 +104,10 @@ void CompiledStep::signature(const std::vector<Tensor>& args, std::vector<int64_
   };
   out.push_back(static_cast<int64_t>(args.size()));
   for (const Tensor& a : args) add(a);
-  for (const Tensor& s : state_) add(s);
+  for (const Tensor& s : state_) {
+    add(s);
+    out.push_back(s.requires_grad());  // a freeze recompiles
+  }
   for (const StepState& s : options_.state)
     if (s.training) out.push_back(s.training());
   out.push_back(grad_enabled());
@@ -177,6 +183,7 @@ std::shared_ptr<CompiledStep::Entry> CompiledStep::compile(const std::vector<Ten
 }
 
 std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
+  std::lock_guard<std::mutex> lock(*mutex_);
   // The same shapes as the last call (the common case): no key string.
   signature(args, signature_);
   std::shared_ptr<Entry> found;
@@ -186,8 +193,13 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
     key = std::move(last_key_);
   } else {
     key = key_for(args);
-    for (auto& [k, e] : cache_)
-      if (k == key) found = e;
+    for (size_t i = 0; i < cache_.size(); ++i)
+      if (cache_[i].first == key) {
+        found = cache_[i].second;
+        std::rotate(cache_.begin(), cache_.begin() + static_cast<std::ptrdiff_t>(i),
+                    cache_.begin() + static_cast<std::ptrdiff_t>(i) + 1);  // most recently used first
+        break;
+      }
   }
   if (found) {
     ++hits_;
@@ -196,7 +208,9 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
     miss_reason_ = last_key_.empty() ? "first call" : first_difference(last_key_, key);
     if (log_enabled("jit")) std::cerr << "volt.jit: compiling the training step (" << miss_reason_ << ")\n";
     found = compile(args);
-    cache_.emplace_back(key, found);
+    cache_.emplace(cache_.begin(), key, found);
+    // The least recently used programs go, their arenas with them.
+    if (cache_.size() > options_.max_cached_shapes) cache_.resize(options_.max_cached_shapes);
     last_ = found;
     publish_compile({CompileSource::Step, this, nullptr, key, miss_reason_, &found->traces});
   }
@@ -274,6 +288,13 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
 const std::vector<Trace>& CompiledStep::last_traces() const {
   static const std::vector<Trace> none;
   return last_ ? last_->traces : none;
+}
+
+size_t CompiledStep::cached_arena_bytes() const {
+  size_t bytes = 0;
+  for (const auto& [key, e] : cache_)
+    if (e->plan) bytes += e->plan->arena_bytes();
+  return bytes;
 }
 
 double CompiledStep::last_compile_ms() const { return last_ ? last_->compile_ms : 0; }

@@ -17,6 +17,16 @@
 // Run-time scalars (the learning rate) are refilled before every call, so
 // changing them does not recompile; a new input shape does, with its reason.
 //
+// A freeze (requires_grad_(false) on a parameter, or back) is part of the key:
+// it recompiles, with the state tensor named in the reason.  The most recently
+// used max_cached_shapes programs are kept, each with its arena; the least
+// recently used is dropped, arena and all, when another shape comes.
+//
+// One CompiledStep may be called from several threads: calls take a mutex and
+// run one at a time (they update the same parameters in place, so they could
+// not overlap anyway).  The accessors (last_traces, compiles, ...) describe
+// the last call and are for reading when no call is under way.
+//
 // On the CPU the program runs by a memory plan (jit/step/memory_plan.h): one arena
 // per compiled step, every intermediate placed by liveness, state updated where
 // it lives, no allocation per call after the first.  On a GPU the second call
@@ -25,6 +35,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -78,6 +89,11 @@ struct StepOptions {
   bool gemm_epilogues = true;
   // On a GPU, replay the step as a CUDA graph from its second call on.
   bool cuda_graph = true;
+  // How many compiled programs (input shapes, freezes, modes) are kept, the
+  // least recently used dropped first with its arena; at least 1.  Each holds
+  // an arena of its batch's activations, so a loader of many batch sizes
+  // would otherwise keep them all.
+  size_t max_cached_shapes = 16;
   JitOptions jit{};
 };
 
@@ -100,6 +116,10 @@ class CompiledStep {
   // The last trace printed in sections: forward, loss, backward, optimizer.
   std::string last_trace_str() const;
   int64_t compiles() const { return compiles_; }
+  // How many compiled programs are kept now (at most max_cached_shapes), and
+  // the bytes of their arenas together.
+  size_t cached_shapes() const { return cache_.size(); }
+  size_t cached_arena_bytes() const;
   int64_t cache_hits() const { return hits_; }
   const std::string& last_miss_reason() const { return miss_reason_; }
   // What the last compilation cost (tracing and every pass), in milliseconds.
@@ -127,12 +147,13 @@ class CompiledStep {
   std::vector<std::function<double()>> refill_;  // for the last refill_.size() of state_
   std::vector<double> refilled_;                 // the value each holds now (NaN: unknown)
   std::vector<Executor*> executors_;
-  std::vector<std::pair<std::string, std::shared_ptr<Entry>>> cache_;
+  std::vector<std::pair<std::string, std::shared_ptr<Entry>>> cache_;  // most recently used first
   std::shared_ptr<Entry> last_;
   std::string last_key_, miss_reason_;
   std::vector<int64_t> last_signature_, signature_;
   std::vector<Tensor> inputs_;  // reused call to call
   int64_t compiles_ = 0, hits_ = 0;
+  std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  // one call at a time
 };
 
 template <class F>

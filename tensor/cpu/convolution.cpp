@@ -140,7 +140,7 @@ void forward(const T* x, const T* wt, const T* bias, bool relu, T* y, const Geo&
         for (int q = 0; q < cols; ++q) row[q] = row[q] + bv;
       }
       if (relu)
-        for (int q = 0; q < cols; ++q) row[q] = row[q] > T(0) ? row[q] : T(0);
+        for (int q = 0; q < cols; ++q) row[q] = row[q] <= T(0) ? T(0) : row[q];  // relu(NaN) = NaN
     }
   };
   cpu::parallel_tasks(g.n, [&](int64_t n) {

@@ -50,7 +50,12 @@ struct Ops {
   static __m256 fma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
   static __m256 add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
   // max(x, 0) gives 0 for NaN and -0, as where(x > 0, x, 0) does.
-  static __m256 relu(__m256 x) { return _mm256_max_ps(x, _mm256_setzero_ps()); }
+  // max returns its second operand when either is NaN, so NaN stays NaN; + 0
+  // turns a -0 into +0 as the scalar epilogue does.
+  static __m256 relu(__m256 x) {
+    const __m256 z = _mm256_setzero_ps();
+    return _mm256_add_ps(_mm256_max_ps(z, x), z);
+  }
 };
 // 6 x 16: 12 accumulators of the 16 registers.
 const GemmKernels<float> f32 = {6, 16, packed_tile_vec<__m256, 8, 6, 2, Ops>, skinny<float>,
@@ -79,7 +84,10 @@ struct Ops {
   static __m512 broadcast(const float* p) { return _mm512_set1_ps(*p); }
   static __m512 fma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
   static __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
-  static __m512 relu(__m512 x) { return _mm512_max_ps(x, _mm512_setzero_ps()); }
+  static __m512 relu(__m512 x) {  // as the __m256 one
+    const __m512 z = _mm512_setzero_ps();
+    return _mm512_add_ps(_mm512_max_ps(z, x), z);
+  }
 };
 
 // Transposes the 16 x 16 block in r (r[i] = row i) in place (r[j] = column j):

@@ -17,7 +17,7 @@ namespace {
 template <class T>
 T store_value(T acc, T bias, bool relu) {
   const T v = acc + bias;
-  return relu ? (v > T(0) ? v : T(0)) : v;
+  return relu ? (v <= T(0) ? T(0) : v) : v;  // relu(NaN) = NaN
 }
 
 // What the kernels do not do themselves, on each finished block of C: a bias

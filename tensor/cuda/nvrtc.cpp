@@ -17,6 +17,7 @@
 #include <volt/tensor/cuda/runtime.h>
 #include <volt/philox_source.h>
 #include <volt/tensor/log.h>
+#include <volt/tensor/private_files.h>
 
 namespace volt::cuda {
 
@@ -55,12 +56,26 @@ __device__ inline void volt_offsets(const volt_index& ix, long long i, long long
 
 uint64_t hash_text(const std::string& s) { return XXH3_64bits(s.data(), s.size()); }
 
+// The host kernel cache's directory (jit/kernel_cache.h), used only when it
+// is private to this user (tensor/private_files.h); else a mkdtemp directory
+// of this process, said once.
 std::filesystem::path cache_dir() {
   namespace fs = std::filesystem;
-  if (const char* e = std::getenv("VOLT_KERNEL_CACHE")) return fs::path(e);
+  const char* e = std::getenv("VOLT_KERNEL_CACHE");
   const char* home = std::getenv("HOME");
-  return fs::path(home ? home : "/tmp") / ".cache/volt/kernels";
+  const fs::path dir = e && *e ? fs::path(e) : fs::path(home && *home ? home : "/tmp") / ".cache/volt/kernels";
+  std::string why;
+  if (private_dir(dir, &why)) return dir;
+  static const fs::path own = make_private_temp_dir(fs::temp_directory_path(), "volt-cuda-kernels-");
+  static bool told = false;
+  if (!told) std::cerr << "volt: the CUDA kernel cache directory " << dir << " " << why << "; using " << own << "\n";
+  told = true;
+  return own;
 }
+
+// Stores `bytes` at `file` through a fresh temporary name (mkstemp, no link
+// followed) renamed into place; a failure only means the entry is not kept.
+void store_file(const std::filesystem::path& file, const std::string& bytes) { write_file_replacing(file, bytes); }
 
 struct Compiled {
   std::string code;  // CUBIN or PTX text
@@ -196,19 +211,14 @@ void precompile(const std::string& source, int cc, const std::filesystem::path& 
   const CacheEntry c = cache_entry(source, cc);
   const fs::path file = dir / c.file;
   std::error_code ec;
-  if (fs::exists(file, ec)) return;
+  if (fs::exists(fs::symlink_status(file, ec))) return;
   const std::string code = run_nvrtc(source, c.arch, c.sass).code;
-  fs::create_directories(dir, ec);
-  fs::path tmp = file;
-  tmp += ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out.write(code.data(), static_cast<std::streamsize>(code.size()));
-    VOLT_CHECK(out.good(), "nvrtc", "could not write the kernel cache file " << tmp.string());
-  }
-  fs::rename(tmp, file, ec);
-  if (ec) fs::remove(tmp, ec);
-  std::ofstream(dir / ("cuda_" + c.key + ".cu")) << source;
+  std::string why;
+  VOLT_CHECK(private_dir(dir, &why), "nvrtc", "the kernel cache directory " << dir.string() << " " << why);
+  store_file(file, code);
+  VOLT_CHECK(fs::is_regular_file(fs::symlink_status(file, ec)), "nvrtc",
+             "could not write the kernel cache file " << file.string());
+  store_file(dir / ("cuda_" + c.key + ".cu"), source);
 }
 
 cudaKernel_t get_kernel(const std::string& source, const std::string& name, int device) {
@@ -238,28 +248,17 @@ cudaKernel_t get_kernel(const std::string& source, const std::string& name, int 
         std::cerr << "volt.cuda: NVRTC compiled " << name << " for " << arch << " in " << ms << " ms\n";
         if (log_enabled("cuda-source")) std::cerr << numbered(source);
       }
-      std::error_code ec;
-      fs::create_directories(dir, ec);
-      fs::path tmp = file;
-      tmp += ".tmp" + std::to_string(::getpid());
-      {
-        std::ofstream out(tmp, std::ios::binary);
-        out.write(code.data(), static_cast<std::streamsize>(code.size()));
-      }
-      fs::rename(tmp, file, ec);  // atomic: readers see the whole file or none
-      if (ec) fs::remove(tmp, ec);
+      // Renamed into place: readers see the whole file or none.
+      store_file(file, code);
       // The source beside it, for reading and debugging.
-      fs::path src = dir / ("cuda_" + key.str() + ".cu");
-      if (!fs::exists(src, ec)) std::ofstream(src) << source;
+      store_file(dir / ("cuda_" + key.str() + ".cu"), source);
       return code;
     };
     DeviceGuard g(device);
     std::string code;
-    if (std::ifstream in(file, std::ios::binary); in) {
-      std::ostringstream ss;
-      ss << in.rdbuf();
-      code = ss.str();
-    }
+    // Only a regular file of this user, never through a link; anything else
+    // there is compiled afresh (and replaced).
+    if (!read_own_file(file, &code)) code.clear();
     bool loaded = false;
     if (!code.empty() && loadable_image(code)) {
       // A damaged entry (a disk error, another volt's file) is compiled again.

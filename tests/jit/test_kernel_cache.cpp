@@ -45,6 +45,8 @@ fs::path fresh_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("volt-test-kcache-" + std::to_string(::getpid())) / name;
   fs::remove_all(d);
   fs::create_directories(d);
+  // Private whatever the umask: the cache refuses a directory others may write.
+  fs::permissions(d, fs::perms::owner_all, fs::perm_options::replace);
   return d;
 }
 

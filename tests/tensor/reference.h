@@ -25,6 +25,15 @@ inline double max_abs_diff(const Tensor& a, const Tensor& b) {
   return worst;
 }
 
+// PyTorch's relu, by its documented rule: max(0, x), and max propagates NaN
+// (torch.maximum: "If one of the elements being compared is a NaN, then that
+// element is returned"), so relu(NaN) is NaN.
+template <class T>
+inline T relu_ref(T v) {
+  if (std::isnan(v)) return v;
+  return v > T(0) ? v : T(0);
+}
+
 // Row-major values and their shape.
 struct Ref {
   Shape sizes;

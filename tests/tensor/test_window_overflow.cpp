@@ -5,6 +5,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <volt/tensor/conv.h>
 #include <volt/tensor/error.h>
@@ -47,4 +49,23 @@ TEST_CASE("window ops: a dilation, padding or kernel that overflows 64 bits is a
   o.dilation = {1000, 1};
   e = error_of([&] { conv2d(x, w, Tensor(), o); });
   CHECK(e.find("larger than the padded input") != std::string::npos);
+}
+
+TEST_CASE("window ops: the backward prims refuse a window that overflows 64 bits too") {
+  const Tensor x = Tensor::rand({1, 1, 8, 8}, DType::f32);
+  const Tensor w = Tensor::rand({1, 1, 3, 3}, DType::f32);
+  const Tensor g = Tensor::rand({1, 1, 6, 6}, DType::f32);
+  const int64_t huge = int64_t{1} << 62;
+  const Window2d win{{3, 3}, {1, 1}, {0, 0}, {huge, 1}};
+  for (const auto& [name, run] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"convolution_grad_input", [&] { convolution_grad_input(g, w, win, 8, 8); }},
+           {"convolution_grad_weight", [&] { convolution_grad_weight(g, x, win); }},
+           {"max_pool2d_backward", [&] { max_pool2d_backward(g, x, win); }},
+           {"col2im", [&] { col2im(Tensor::rand({1, 9, 36}, DType::f32), win, 8, 8); }},
+           {"im2col", [&] { im2col(x, win); }}}) {
+    CAPTURE(name);
+    const std::string e = error_of(run);
+    CHECK(e.find(name) != std::string::npos);
+    CHECK(e.find("overflows 64 bits") != std::string::npos);
+  }
 }

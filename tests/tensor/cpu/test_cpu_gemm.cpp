@@ -321,7 +321,7 @@ TEST_CASE("skinny kernels: a bias and the ReLU in the store, and partial column 
         float acc = 0;
         for (int64_t p = 0; p < cs.k; ++p) acc = std::fma(av[size_t(i * cs.k + p)], bv[size_t(p * cs.n + j)], acc);
         const float v = acc + biasv[size_t(j)];
-        want[size_t(i * cs.n + j)] = v > 0 ? v : 0;
+        want[size_t(i * cs.n + j)] = volt::testing::relu_ref(v);
       }
     std::vector<float> first;
     for (cpu::Isa isa : machine_isas())

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "sanitized.h"
+#include "tests/tensor/reference.h"
 
 #include <atomic>
 #include <cmath>
@@ -140,7 +141,7 @@ void check_store(int64_t m, int64_t k, int64_t n, Layout layout) {
                 T v = plain[size_t(i * ldc + j)];
                 if (bias_kind == 1) v = v + col_bias[size_t(j)];
                 if (bias_kind == 2) v = v + row_bias[size_t(i)];
-                if (relu) v = v > T(0) ? v : T(0);
+                if (relu) v = volt::testing::relu_ref(v);
                 zeros += v == T(0);
                 if (epi) v = probe.apply(v, i, j);
                 differ += std::memcmp(&v, &c[size_t(i * ldc + j)], sizeof(T)) != 0;

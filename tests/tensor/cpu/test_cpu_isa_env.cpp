@@ -82,7 +82,7 @@ TEST_CASE("cpu isa child: the kernels VOLT_CPU_ISA names, against the naive loop
   check_close("packed x W^T + b", y, want, 1e-4, 1e-4);
   check_close("skinny x W^T + b", ys, ref_zip(ref_matmul(ref_of(xs), ref_of(w.t())), ref_of(b), plus_bias), 1e-4,
               1e-4);
-  check_close("relu(x W^T + b)", yr, ref_map(want, [](double v) { return v > 0 ? v : 0.0; }), 1e-4, 1e-4);
+  check_close("relu(x W^T + b)", yr, ref_map(want, [](double v) { return volt::testing::relu_ref(v); }), 1e-4, 1e-4);
   std::printf("VOLT_CHILD isa=%s\nVOLT_CHILD bits=%016llx\n", cpu::isa_name(cpu::isa()),
               static_cast<unsigned long long>(bits_hash(y) ^ (bits_hash(ys) * 3) ^ (bits_hash(yr) * 7)));
 }
