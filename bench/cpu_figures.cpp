@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -104,17 +105,19 @@ double median_seconds_per_call(const F& f, int reps = 7) {
 
 }  // namespace
 
-double fma_peak_gflops(int threads) {
-  // The best of 4 rounds of ~0.15 s (a busy neighbour only ever lowers it; a
-  // virtual CPU that was idle can take milliseconds to start).
-  const int64_t iters = 50'000'000;
+namespace {
+
+// The best of 4 rounds, every thread running `loop` (which returns the
+// flops it did) at once: a busy neighbour only ever lowers a round, and a
+// virtual CPU that was idle can take milliseconds to start.
+double best_of_rounds(int threads, const std::function<double()>& loop) {
   double best = 0;
   for (int round = 0; round < 4; ++round) {
     std::vector<double> flops(size_t(threads), 0);
     const auto t0 = Clock::now();
     std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back([&, t] { flops[size_t(t)] = fma_loop(iters); });
-    flops[0] = fma_loop(iters);
+    for (int t = 1; t < threads; ++t) pool.emplace_back([&, t] { flops[size_t(t)] = loop(); });
+    flops[0] = loop();
     for (auto& th : pool) th.join();
     const double s = seconds_since(t0);
     double total = 0;
@@ -124,23 +127,15 @@ double fma_peak_gflops(int threads) {
   return best;
 }
 
+}  // namespace
+
+// Rounds of ~0.15 s each.
+double fma_peak_gflops(int threads) {
+  return best_of_rounds(threads, [] { return fma_loop(50'000'000); });
+}
+
 double bf16_dot_peak_gflops(int threads) {
-  // As fma_peak_gflops: the best of 4 rounds, every thread at once.
-  const int64_t iters = 25'000'000;
-  double best = 0;
-  for (int round = 0; round < 4; ++round) {
-    std::vector<double> flops(size_t(threads), 0);
-    const auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back([&, t] { flops[size_t(t)] = cpu::bf16_dot_loop(iters); });
-    flops[0] = cpu::bf16_dot_loop(iters);
-    for (auto& th : pool) th.join();
-    const double s = seconds_since(t0);
-    double total = 0;
-    for (double f : flops) total += f;
-    best = std::max(best, total / s / 1e9);
-  }
-  return best;
+  return best_of_rounds(threads, [] { return cpu::bf16_dot_loop(25'000'000); });
 }
 
 Figure bf16_gemm(int64_t size, int threads, double peak_gflops) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <volt/tensor/cpu/gemm.h>
+#include <volt/tensor/cpu/kernels.h>
 #include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/tensor.h>
 
@@ -182,32 +183,14 @@ void matmul_2d(const T* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const
 
 template <class T>
 void matmul_typed(const Tensor& a0, const Tensor& b0, Tensor& out) {
-  Tensor a = a0, b = b0;
-  bool a1 = a.dim() == 1, b1 = b.dim() == 1;
-  if (a1) a = a.unsqueeze(0);
-  if (b1) b = b.unsqueeze(1);
-  int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
-  Shape batch(out.sizes().begin(), out.sizes().end() - (a1 ? 0 : 1) - (b1 ? 0 : 1));
-  Shape ash = batch, bsh = batch;
-  ash.push_back(m), ash.push_back(k);
-  bsh.push_back(k), bsh.push_back(n);
-  a = a.expand(ash);
-  b = b.expand(bsh);
-  int64_t nb = shape_numel(batch);
+  const cpu::BatchedMatmul bm(a0, b0, out);
   T* o = static_cast<T*>(out.raw_data());
-  const T* pa = static_cast<const T*>(a.raw_data());
-  const T* pb = static_cast<const T*>(b.raw_data());
-  int64_t nd = static_cast<int64_t>(batch.size());
-  for (int64_t i = 0; i < nb; ++i) {
-    int64_t rem = i, oa = 0, ob = 0;
-    for (int64_t d = nd - 1; d >= 0; --d) {
-      int64_t idx = rem % batch[d];
-      rem /= batch[d];
-      oa += idx * a.strides()[d];
-      ob += idx * b.strides()[d];
-    }
-    matmul_2d<T>(pa + oa, m, k, a.stride(-2), a.stride(-1), pb + ob, n, b.stride(-2), b.stride(-1),
-                 o + i * m * n, n);
+  const T* pa = static_cast<const T*>(bm.a.raw_data());
+  const T* pb = static_cast<const T*>(bm.b.raw_data());
+  for (int64_t i = 0; i < bm.count(); ++i) {
+    const auto [oa, ob] = bm.offsets(i);
+    matmul_2d<T>(pa + oa, bm.m, bm.k, bm.a.stride(-2), bm.a.stride(-1), pb + ob, bm.n, bm.b.stride(-2),
+                 bm.b.stride(-1), o + i * bm.m * bm.n, bm.n);
   }
 }
 
@@ -228,6 +211,30 @@ void linear_typed(const Tensor& x0, const Tensor& w, const Tensor* bias, Tensor&
 }  // namespace
 
 namespace cpu {
+
+BatchedMatmul::BatchedMatmul(const Tensor& a0, const Tensor& b0, const Tensor& out) : a(a0), b(b0) {
+  const bool a1 = a.dim() == 1, b1 = b.dim() == 1;
+  if (a1) a = a.unsqueeze(0);
+  if (b1) b = b.unsqueeze(1);
+  m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  batch.assign(out.sizes().begin(), out.sizes().end() - (a1 ? 0 : 1) - (b1 ? 0 : 1));
+  Shape ash = batch, bsh = batch;
+  ash.push_back(m), ash.push_back(k);
+  bsh.push_back(k), bsh.push_back(n);
+  a = a.expand(ash);
+  b = b.expand(bsh);
+}
+
+std::pair<int64_t, int64_t> BatchedMatmul::offsets(int64_t i) const {
+  int64_t oa = 0, ob = 0;
+  for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {
+    const int64_t idx = i % batch[d];
+    i /= batch[d];
+    oa += idx * a.strides()[d];
+    ob += idx * b.strides()[d];
+  }
+  return {oa, ob};
+}
 
 void gemm_f32(const float* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const float* b, int64_t n,
               int64_t brs, int64_t bcs, float* c, int64_t ldc, const GemmStore& store) {

@@ -11,30 +11,14 @@ namespace {
 // out (batch..., m, n) f32 = a (batch..., m, k) b (batch..., k, n), both bf16;
 // a vector a or b as matmul takes it (a (k) is (1, k), b (k) is (k, 1)).
 void batched(const Tensor& a0, const Tensor& b0, Tensor& out) {
-  Tensor a = a0, b = b0;
-  const bool a1 = a.dim() == 1, b1 = b.dim() == 1;
-  if (a1) a = a.unsqueeze(0);
-  if (b1) b = b.unsqueeze(1);
-  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
-  Shape batch(out.sizes().begin(), out.sizes().end() - (a1 ? 0 : 1) - (b1 ? 0 : 1));
-  Shape ash = batch, bsh = batch;
-  ash.push_back(m), ash.push_back(k);
-  bsh.push_back(k), bsh.push_back(n);
-  a = a.expand(ash);
-  b = b.expand(bsh);
-  const BF16* pa = static_cast<const BF16*>(a.raw_data());
-  const BF16* pb = static_cast<const BF16*>(b.raw_data());
+  const BatchedMatmul bm(a0, b0, out);
+  const BF16* pa = static_cast<const BF16*>(bm.a.raw_data());
+  const BF16* pb = static_cast<const BF16*>(bm.b.raw_data());
   float* o = static_cast<float*>(out.raw_data());
-  const int64_t nb = shape_numel(batch), nd = static_cast<int64_t>(batch.size());
-  for (int64_t i = 0; i < nb; ++i) {
-    int64_t rem = i, oa = 0, ob = 0;
-    for (int64_t d = nd - 1; d >= 0; --d) {
-      const int64_t idx = rem % batch[d];
-      rem /= batch[d];
-      oa += idx * a.strides()[d];
-      ob += idx * b.strides()[d];
-    }
-    gemm_bf16(pa + oa, m, k, a.stride(-2), a.stride(-1), pb + ob, n, b.stride(-2), b.stride(-1), o + i * m * n, n);
+  for (int64_t i = 0; i < bm.count(); ++i) {
+    const auto [oa, ob] = bm.offsets(i);
+    gemm_bf16(pa + oa, bm.m, bm.k, bm.a.stride(-2), bm.a.stride(-1), pb + ob, bm.n, bm.b.stride(-2),
+              bm.b.stride(-1), o + i * bm.m * bm.n, bm.n);
   }
 }
 
