@@ -4,6 +4,7 @@
 
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include <volt/tensor/error.h>
 
@@ -13,7 +14,8 @@ namespace {
 // One library: its functions from the process when there, else from the file.
 class Library {
  public:
-  Library(const char* what, std::initializer_list<const char*> files) : what_(what), files_(files) {}
+  Library(const char* what, std::initializer_list<const char*> files)
+      : what_(what), files_(files.begin(), files.end()) {}
 
   template <class F>
   void get(F& f, const char* name) {
@@ -27,21 +29,21 @@ class Library {
   void* open() {
     if (handle_ != nullptr) return handle_;
     std::string tried;
-    for (const char* file : files_) {
-      if (file == nullptr || *file == '\0') continue;
-      handle_ = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+    for (const std::string& file : files_) {
+      if (file.empty()) continue;
+      handle_ = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (handle_ != nullptr) {
         opened_ = file;
         return handle_;
       }
       const char* why = dlerror();
-      tried += std::string(tried.empty() ? "" : "; ") + (why ? why : file);
+      tried += std::string(tried.empty() ? "" : "; ") + (why ? std::string(why) : file);
     }
     VOLT_FAIL("cuda", "cannot open " << what_ << ", which a CUDA build needs on the GPU: " << tried);
   }
 
   const char* what_;
-  std::initializer_list<const char*> files_;
+  std::vector<std::string> files_;  // copied: an initializer list's array dies with its expression
   void* handle_ = nullptr;
   std::string opened_ = "found in the process";
 };
