@@ -4,6 +4,8 @@
 // (row kernels, draws) is an error naming the op.
 #include <doctest/doctest.h>
 
+#include "tests/tensor/reference.h"
+
 #include <vector>
 
 #include <volt/jit/jit.h>
@@ -12,14 +14,9 @@
 #include <volt/tensor/random.h>
 
 using namespace volt;
+using volt::testing::bits16;
 
 namespace {
-
-std::vector<uint16_t> bits(const Tensor& t) {
-  Tensor c = t.contiguous();
-  const uint16_t* p = static_cast<const uint16_t*>(c.raw_data());
-  return std::vector<uint16_t>(p, p + c.numel());
-}
 
 std::vector<Tensor> program(const std::vector<Tensor>& a) {
   const Tensor x = a[0], y = a[1];
@@ -41,16 +38,16 @@ TEST_CASE("jit on bf16 and f16: fused elementwise kernels give eager mode's bits
     const std::vector<Tensor> got = f({x, y, z});
     REQUIRE(got.size() == want.size());
     CHECK(got[0].dtype() == dt);
-    CHECK(bits(got[0]) == bits(want[0]));
+    CHECK(bits16(got[0]) == bits16(want[0]));
     CHECK(got[1].dtype() == DType::f32);
     CHECK(got[1].to_vector<float>() == want[1].to_vector<float>());
     CHECK(got[2].to_vector<bool>() == want[2].to_vector<bool>());
-    CHECK(bits(got[3]) == bits(want[3]));
+    CHECK(bits16(got[3]) == bits16(want[3]));
     REQUIRE(!jit::last_kernels(f).empty());  // it did generate kernels
     // Broadcast and strided inputs take the same path.
     const Tensor xt = randn({19, 37}, dt).t(), row = randn({19}, dt);
     auto g = jit::jit([](const std::vector<Tensor>& a) { return std::vector<Tensor>{mul(tanh(a[0]), a[1])}; });
-    CHECK(bits(g({xt, row})[0]) == bits(mul(tanh(xt), row)));
+    CHECK(bits16(g({xt, row})[0]) == bits16(mul(tanh(xt), row)));
   }
 }
 

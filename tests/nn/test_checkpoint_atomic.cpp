@@ -4,6 +4,8 @@
 // model and the optimizer exactly as they were.
 #include <doctest/doctest.h>
 
+#include "tests/error_of.h"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -59,14 +61,7 @@ std::vector<std::vector<double>> snapshot(nn::MLP& net, nn::Optimizer& opt) {
   return r;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using volt::testing::error_of;
 
 }  // namespace
 

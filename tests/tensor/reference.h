@@ -16,6 +16,13 @@
 
 namespace volt::testing {
 
+// A bf16 or f16 tensor's 16-bit patterns, in row-major order.
+inline std::vector<uint16_t> bits16(const Tensor& t) {
+  Tensor c = t.contiguous();
+  const uint16_t* p = static_cast<const uint16_t*>(c.raw_data());
+  return std::vector<uint16_t>(p, p + c.numel());
+}
+
 // The largest |a - b| over all elements (same number of elements required).
 inline double max_abs_diff(const Tensor& a, const Tensor& b) {
   auto x = a.to_vector<double>(), y = b.to_vector<double>();

@@ -3,6 +3,8 @@
 // item().
 #include <doctest/doctest.h>
 
+#include "tests/tensor/reference.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include <volt/tensor/random.h>
 
 using namespace volt;
+using volt::testing::bits16;
 
 namespace {
 
@@ -127,12 +130,6 @@ void check_rounding(double (*value)(uint16_t), uint16_t inf_bits) {
   CHECK(failures == 0);
 }
 
-std::vector<uint16_t> bits_of_tensor(const Tensor& t) {
-  Tensor c = t.contiguous();
-  const uint16_t* p = static_cast<const uint16_t*>(c.raw_data());
-  return std::vector<uint16_t>(p, p + c.numel());
-}
-
 }  // namespace
 
 TEST_CASE("bf16: every bit pattern converts to f32 and back exactly") { check_all_patterns<BF16>(8); }
@@ -188,8 +185,8 @@ TEST_CASE("bf16 and f16 creation, item and to()") {
   for (DType dt : {kBF16, kF16}) {
     CAPTURE(dtype_name(dt));
     CHECK(zeros({2, 3}, dt).dtype() == dt);
-    CHECK(bits_of_tensor(zeros({3}, dt)) == std::vector<uint16_t>(3, 0));
-    CHECK(bits_of_tensor(ones({2}, dt)) == std::vector<uint16_t>(2, dt == kBF16 ? 0x3F80 : 0x3C00));
+    CHECK(bits16(zeros({3}, dt)) == std::vector<uint16_t>(3, 0));
+    CHECK(bits16(ones({2}, dt)) == std::vector<uint16_t>(2, dt == kBF16 ? 0x3F80 : 0x3C00));
     CHECK(full({}, 1.5, dt).item<float>() == 1.5f);
     CHECK(full({}, -0.1, dt).item<double>() == ref_value(dt == kBF16 ? BF16::from_float(-0.1f).bits : F16::from_float(-0.1f).bits, dt == kBF16 ? 8 : 5));
     // to() rounds each element as the reference does, from any strides.
@@ -197,7 +194,7 @@ TEST_CASE("bf16 and f16 creation, item and to()") {
     Tensor x = mul(randn({5, 7}), 100.0).t();
     Tensor y = x.to(dt);
     std::vector<float> xv = x.contiguous().to_vector<float>();
-    std::vector<uint16_t> yb = bits_of_tensor(y);
+    std::vector<uint16_t> yb = bits16(y);
     for (size_t i = 0; i < xv.size(); ++i)
       CHECK(yb[i] == ref_round(exact(xv[i]), dt == kBF16 ? ref_bf16 : ref_f16, dt == kBF16 ? 0x7F80 : 0x7C00));
     // Back to f32 exactly; between the two 16-bit types through f32.
@@ -208,7 +205,7 @@ TEST_CASE("bf16 and f16 creation, item and to()") {
     // Into a strided view of the same dtype: the bits move as they are.
     Tensor dst = zeros({5, 7}, dt);
     dst.t().copy_(y.contiguous());
-    CHECK(bits_of_tensor(dst.t()) == yb);
+    CHECK(bits16(dst.t()) == yb);
   }
 }
 
@@ -224,10 +221,10 @@ TEST_CASE("rand and randn in bf16 and f16 are the f32 draws rounded once; rand s
     const Tensor u = rand({100000}, dt), n = randn({3, 33}, dt);
     CHECK(u.dtype() == dt);
     CHECK(n.dtype() == dt);
-    CHECK(bits_of_tensor(n) == bits_of_tensor(want_n));
+    CHECK(bits16(n) == bits16(want_n));
     // Each draw rounded to nearest, except those that would round up to 1.
     const std::vector<float> d = draws.to_vector<float>();
-    const std::vector<uint16_t> ub = bits_of_tensor(u);
+    const std::vector<uint16_t> ub = bits16(u);
     int moved = 0, bad = 0;
     for (size_t i = 0; i < d.size(); ++i) {
       const uint16_t r = ref_round(exact(d[i]), dt == kBF16 ? ref_bf16 : ref_f16, dt == kBF16 ? 0x7F80 : 0x7C00);

@@ -4,6 +4,8 @@
 // are also checked against f64 loops within the type's rounding.
 #include <doctest/doctest.h>
 
+#include "tests/tensor/reference.h"
+
 #include <cmath>
 #include <functional>
 #include <string>
@@ -17,14 +19,9 @@
 #include <volt/tensor/random.h>
 
 using namespace volt;
+using volt::testing::bits16;
 
 namespace {
-
-std::vector<uint16_t> bits(const Tensor& t) {
-  Tensor c = t.contiguous();
-  const uint16_t* p = static_cast<const uint16_t*>(c.raw_data());
-  return std::vector<uint16_t>(p, p + c.numel());
-}
 
 // Values exactly representable in dt: f32 draws rounded to dt.
 Tensor sample(const Shape& shape, DType dt, uint64_t seed, double lo = -2, double hi = 2) {
@@ -47,7 +44,7 @@ void check_like_f32(const std::string& name, const std::function<Tensor(const st
   }
   REQUIRE(got.dtype() == dt);
   CHECK(got.sizes() == want32.sizes());
-  CHECK(bits(got) == bits(want32.to(dt)));
+  CHECK(bits16(got) == bits16(want32.to(dt)));
 }
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
@@ -96,7 +93,7 @@ TEST_CASE("bf16 and f16 elementwise ops equal the f32 op on the same values, rou
     // An in-place update rounds like the out-of-place op.
     Tensor z = x.clone();
     z.add_(y);
-    CHECK(bits(z) == bits(add(x.to(kF32), y.to(kF32)).to(dt)));
+    CHECK(bits16(z) == bits16(add(x.to(kF32), y.to(kF32)).to(dt)));
   }
 }
 

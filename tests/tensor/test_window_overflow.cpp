@@ -3,6 +3,8 @@
 // for convolutions and pools alike, instead of a crash or garbage.
 #include <doctest/doctest.h>
 
+#include "tests/error_of.h"
+
 #include <functional>
 #include <string>
 #include <utility>
@@ -14,18 +16,7 @@
 
 using namespace volt;
 
-namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
+using volt::testing::error_of;
 
 TEST_CASE("window ops: a dilation, padding or kernel that overflows 64 bits is an error naming the op") {
   const Tensor x = Tensor::rand({1, 1, 8, 8}, DType::f32);
