@@ -12,8 +12,10 @@
 // cache), the memory picture (tensors saved for backward and their bytes,
 // the peak of live intermediates, a compiled step's arena), the final trace
 // as a graph (SVG through Graphviz when installed, else its DOT text), every
-// fused region's prims beside its generated kernel with the same names, and
-// every pass's trace in order with a diff against the pass before it.
+// fused region's prims beside its generated kernel with the same names,
+// grouped by the layer (module) the region came from, a kernel shown once
+// (a repeated block's regions link to the first), and every pass's trace in
+// order with a diff against the pass before it.
 #pragma once
 #include <cstdint>
 #include <memory>
