@@ -23,37 +23,18 @@
 #include <volt/jit/kernel_cache.h>
 #include <volt/tensor/ops.h>
 
+#include "tests/jit/kernel_cache_scope.h"
+
 using namespace volt;
 namespace fs = std::filesystem;
 
 namespace {
 
-// Sets VOLT_KERNEL_CACHE for a scope and captures what volt writes to std::cerr.
-struct CacheScope {
-  std::ostringstream err;
-  std::streambuf* old;
-  explicit CacheScope(const fs::path& dir) : old(std::cerr.rdbuf(err.rdbuf())) {
-    ::setenv("VOLT_KERNEL_CACHE", dir.c_str(), 1);
-  }
-  ~CacheScope() {
-    std::cerr.rdbuf(old);
-    ::unsetenv("VOLT_KERNEL_CACHE");
-  }
-};
+using volt::testing::CacheScope;
+using volt::testing::slurp;
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("volt-test-kcache-" + std::to_string(::getpid())) / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  // Private whatever the umask: the cache refuses a directory others may write.
-  fs::permissions(d, fs::perms::owner_all, fs::perm_options::replace);
-  return d;
-}
+fs::path fresh_dir(const std::string& name) { return volt::testing::private_test_dir("volt-test-kcache-", name); }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), {}};
-}
 void spit(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes; }
 
 // Two functions with one fused kernel each; their results by hand.

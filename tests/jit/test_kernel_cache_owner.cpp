@@ -23,6 +23,7 @@
 #include <volt/tensor/ops.h>
 
 #include "cuda/skip_without_gpu.h"
+#include "tests/jit/kernel_cache_scope.h"
 
 using namespace volt;
 namespace fs = std::filesystem;
@@ -31,32 +32,13 @@ namespace {
 
 const uid_t kNobody = 65534;
 
-struct CacheScope {  // VOLT_KERNEL_CACHE for a scope, std::cerr captured
-  std::ostringstream err;
-  std::streambuf* old;
-  explicit CacheScope(const fs::path& dir) : old(std::cerr.rdbuf(err.rdbuf())) {
-    ::setenv("VOLT_KERNEL_CACHE", dir.c_str(), 1);
-  }
-  ~CacheScope() {
-    std::cerr.rdbuf(old);
-    ::unsetenv("VOLT_KERNEL_CACHE");
-  }
-};
+using volt::testing::CacheScope;
+using volt::testing::slurp;
 
 fs::path root_dir() { return fs::temp_directory_path() / ("volt-test-kowner-" + std::to_string(::getpid())); }
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = root_dir() / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  fs::permissions(d, fs::perms::owner_all, fs::perm_options::replace);
-  return d;
-}
+fs::path fresh_dir(const std::string& name) { return volt::testing::private_test_dir("volt-test-kowner-", name); }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), {}};
-}
 
 // One fused kernel, exp(x) * 3 + 1, whose values are known by hand.
 std::vector<Tensor> f_fn(const std::vector<Tensor>& x) { return {add(mul(exp(x[0]), 3.0), 1.0)}; }

@@ -1,6 +1,8 @@
 // The compiled training step (jit/step/step.h) against the eager loop it is written as.
 #include <doctest/doctest.h>
 
+#include "tests/jit/step/eager_step.h"
+
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -40,15 +42,7 @@ std::vector<Batch> make_batches(int n, int64_t batch) {
   return r;
 }
 
-// The step as the eager loop writes it.
-template <class Opt>
-Tensor eager_step(nn::MLP& net, Opt& opt, const Tensor& x, const Tensor& y) {
-  Tensor loss = nn::functional::cross_entropy(net(x), y);
-  opt.zero_grad();
-  loss.backward();
-  opt.step();
-  return loss;
-}
+using volt::testing::eager_step;
 
 // Runs `steps` eager and compiled steps from the same start and random state;
 // `between(i, opt_eager, opt_compiled)` runs before step i.  Returns the largest

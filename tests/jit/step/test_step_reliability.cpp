@@ -3,6 +3,8 @@
 // first call, and optimizer state loaded after the step took its handles.
 #include <doctest/doctest.h>
 
+#include "tests/jit/step/eager_step.h"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -43,14 +45,7 @@ Batch make_batch(int64_t rows, uint64_t seed) {
   return {Tensor::randn({rows, 20}), Tensor::randint(0, 5, {rows})};
 }
 
-template <class Opt>
-Tensor eager_step(nn::MLP& net, Opt& opt, const Tensor& x, const Tensor& y) {
-  Tensor loss = nn::functional::cross_entropy(net(x), y);
-  opt.zero_grad();
-  loss.backward();
-  opt.step();
-  return loss;
-}
+using volt::testing::eager_step;
 
 template <class Opt>
 jit::CompiledStep make_step(nn::MLP& net, Opt& opt, size_t max_cached_shapes = 16) {
