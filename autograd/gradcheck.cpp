@@ -1,6 +1,7 @@
 #include <volt/autograd/gradcheck.h>
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include <volt/tensor/ops.h>
@@ -41,8 +42,10 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
       }
       double numeric = (plus - minus) / (2 * eps);
       double err = std::fabs(numeric - an[i]);
+      // A NaN on either side is a failure (NaN compares false with any bound).
+      if (std::isnan(err)) err = std::numeric_limits<double>::infinity();
       r.max_abs_error = std::max(r.max_abs_error, err);
-      if (err > atol + rtol * std::fabs(numeric) && r.ok) {
+      if (!(err <= atol + rtol * std::fabs(numeric)) && r.ok) {
         r.ok = false;
         std::ostringstream os;
         os << "input " << k << " element " << i << ": analytic " << an[i] << " vs numeric " << numeric;

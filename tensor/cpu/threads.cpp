@@ -1,6 +1,8 @@
 // The thread pool of tensor/cpu/threads.h.
 #include <volt/tensor/cpu/threads.h>
 
+#include <volt/tensor/cpu/contention.h>
+
 #include <fcntl.h>
 #include <sched.h>
 #include <unistd.h>
@@ -87,96 +89,6 @@ thread_local bool in_region = false;
 
 using Clock = std::chrono::steady_clock;
 
-// Graceful degradation on a busy machine.  A region's threads work in
-// lockstep: when the cores are shared with other processes, one of them can be
-// descheduled for a whole time slice (milliseconds) while the others wait for
-// it, and two threads run slower than one.  So while other threads are
-// runnable, a region uses at most as many threads as there are cores they
-// leave free: the calling thread alone when there are none, and idle threads
-// stop spinning.  Other runnable threads are the kernel's count (/proc/loadavg)
-// less volt's awake threads, read at most every 20 ms and believed when two
-// looks in a row agree (a short-lived process does not count).
-//
-// Contention the count cannot see (a virtual machine's host) shows as slow
-// regions: a region whose caller waited more than 1 ms for a descheduled
-// thread, and longer than its own work took, twice within 200 ms, runs the
-// next ones on the calling thread alone for 20 ms, doubling while the next try
-// is slow again (up to 1 s).  Which thread runs a task never changes a result.
-class Contention {
- public:
-  // Threads (1 to `threads`) the region starting now may use.  `awake`: volt's
-  // threads running or spinning now, the caller included.
-  int threads_for(int threads, int awake, Clock::time_point now) {
-    if (now - checked_ >= std::chrono::milliseconds(kCheckMillis)) {
-      checked_ = now;
-      const int others = other_runnable(awake);
-      // With no other runnable thread, as many threads as were set; a thread
-      // seen in one look only (a short task) does not count.
-      const int spare = others <= 0 ? kAny : std::max(1, cores_ - others);
-      spare_ = std::max(spare, last_spare_);
-      last_spare_ = spare;
-      g_busy.store(spare_ < threads, std::memory_order_relaxed);
-    }
-    if (serial_until_ != Clock::time_point{}) {
-      if (now < serial_until_) return 1;
-      serial_until_ = Clock::time_point{};
-      probing_ = true;
-    }
-    return std::min(threads, spare_);
-  }
-
-  // start: the region began; caller_done: the caller ran out of tasks; end:
-  // every thread finished.  The straggler wait is end - caller_done.
-  void judge(Clock::time_point start, Clock::time_point caller_done, Clock::time_point end) {
-    const auto wait = end - caller_done, work = caller_done - start;
-    const bool slow = wait > std::chrono::microseconds(kStragglerMicros) && wait > work;
-    if (slow && (probing_ || (strikes_ > 0 && end - first_strike_ < std::chrono::milliseconds(200)))) {
-      period_ = probing_ ? std::min(period_ * 2, std::chrono::microseconds(kMaxMicros))
-                         : std::chrono::microseconds(kFirstMicros);
-      serial_until_ = end + period_;
-      strikes_ = 0;
-    } else if (slow) {
-      strikes_ = 1;
-      first_strike_ = end;
-    }
-    probing_ = false;
-  }
-
- private:
-  // Runnable threads of other processes: the kernel's count (the fourth field
-  // of /proc/loadavg, "runnable/total") less ours; -1 when it cannot be read.
-  static int other_runnable(int awake) {
-    int fd = -1;
-    {
-      std::lock_guard<std::mutex> lock(g_load_file_mutex);
-      fd = ::open(g_load_file.c_str(), O_RDONLY | O_CLOEXEC);
-    }
-    if (fd < 0) return -1;
-    char buf[128];
-    const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-    ::close(fd);
-    if (n <= 0) return -1;
-    buf[n] = 0;
-    const char* field = buf;
-    for (int i = 0; i < 3 && field; ++i)
-      if ((field = std::strchr(field, ' '))) ++field;
-    if (!field) return -1;
-    return std::max(0, std::atoi(field) - awake);
-  }
-
-  static constexpr int64_t kCheckMillis = 20, kStragglerMicros = 1000, kFirstMicros = 20000,
-                           kMaxMicros = 1000000;
-  static constexpr int kAny = 1 << 20;
-  const int cores_ = std::max(1, int(sysconf(_SC_NPROCESSORS_ONLN)));
-  int spare_ = kAny, last_spare_ = kAny;
-  Clock::time_point checked_{};
-  Clock::time_point first_strike_{};
-  int strikes_ = 0;
-  Clock::time_point serial_until_{};
-  std::chrono::microseconds period_{kFirstMicros};
-  bool probing_ = false;  // the region after a serial period
-};
-
 class Pool {
  public:
   static Pool& get() {
@@ -196,7 +108,10 @@ class Pool {
     int threads = threads_.load(std::memory_order_relaxed);
     if (tasks <= 1 || in_region || !lock.owns_lock() || tasks > kMaxTasks) threads = 1;
     const auto start = threads > 1 ? Clock::now() : Clock::time_point{};
-    if (threads > 1) threads = contention_.threads_for(threads, 1 + awake_.load(std::memory_order_relaxed), start);
+    if (threads > 1) {
+      threads = contention_.threads_for(threads, 1 + awake_.load(std::memory_order_relaxed), start);
+      g_busy.store(contention_.busy(), std::memory_order_relaxed);
+    }
     if (threads <= 1) {
       for (int64_t t = 0; t < tasks; ++t) fn(ctx, t);
       return;
@@ -279,7 +194,15 @@ class Pool {
   Pool() : threads_(default_threads()) {}
 
   std::atomic<int> threads_;
-  Contention contention_;  // guarded by run_mutex_
+  // Guarded by run_mutex_.
+  detail::Contention contention_{int(sysconf(_SC_NPROCESSORS_ONLN)), [](int awake) {
+                                   std::string path;
+                                   {
+                                     std::lock_guard<std::mutex> lock(g_load_file_mutex);
+                                     path = g_load_file;
+                                   }
+                                   return detail::runnable_from_load_file(path, awake);
+                                 }};
   std::atomic<int> awake_{0};  // workers running or spinning (not asleep)
   std::atomic<int> active_{0};
   std::mutex run_mutex_;
@@ -309,6 +232,25 @@ void set_num_threads(int n) {
 void parallel_tasks(int64_t tasks, void (*fn)(const void*, int64_t), const void* ctx) {
   Pool::get().run(tasks, fn, ctx);
 }
+
+namespace detail {
+
+int runnable_from_load_file(const std::string& path, int awake) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[128];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  const char* field = buf;
+  for (int i = 0; i < 3 && field; ++i)
+    if ((field = std::strchr(field, ' '))) ++field;
+  if (!field) return -1;
+  return std::max(0, std::atoi(field) - awake);
+}
+
+}  // namespace detail
 
 void set_load_file(const std::string& path) {
   std::lock_guard<std::mutex> lock(g_load_file_mutex);

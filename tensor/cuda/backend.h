@@ -73,6 +73,17 @@ struct GemmOperand {
 };
 std::optional<GemmOperand> gemm_operand(const Shape& sizes, const Shape& strides);
 
+// The arguments of the one column-major GEMM call that computes the row-major
+// out (m, n) = a (m, k) @ b (k, n): C^T = B^T A^T, so b is cuBLAS's first
+// operand.  None when an operand's strides need packing first.
+struct GemmCall {
+  bool trans_first, trans_second;  // op of b, op of a
+  int64_t rows, cols, inner;       // cuBLAS's m, n, k: n, m, k of the row-major product
+  int64_t ld_first, ld_second, ld_out;
+};
+std::optional<GemmCall> gemm_call(const Shape& a_sizes, const Shape& a_strides, const Shape& b_sizes,
+                                  const Shape& b_strides);
+
 // matmul and linear through cuBLAS (tensor/cuda/matmul.cpp).
 void cublas_matmul(const Tensor& a, const Tensor& b, const Tensor& out);
 void cublas_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out);

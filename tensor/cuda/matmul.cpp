@@ -23,6 +23,14 @@ std::optional<GemmOperand> gemm_operand(const Shape& sizes, const Shape& strides
   return std::nullopt;
 }
 
+std::optional<GemmCall> gemm_call(const Shape& a_sizes, const Shape& a_strides, const Shape& b_sizes,
+                                  const Shape& b_strides) {
+  const std::optional<GemmOperand> la = gemm_operand(a_sizes, a_strides), lb = gemm_operand(b_sizes, b_strides);
+  if (!la || !lb) return std::nullopt;
+  const int64_t m = a_sizes[a_sizes.size() - 2], k = a_sizes.back(), n = b_sizes.back();
+  return GemmCall{lb->trans, la->trans, n, m, k, lb->ld, la->ld, n};
+}
+
 namespace {
 
 // cuBLAS takes sizes, leading dimensions and batch counts as int: a larger
@@ -39,33 +47,28 @@ std::optional<GemmOperand> layout_of(const Tensor& t) { return gemm_operand(t.si
 void gemm_2d(const Tensor& a0, const Tensor& b0, const Tensor& out, double beta) {
   const int dev = out.device().index;
   Tensor a = a0, b = b0;
-  std::optional<GemmOperand> la = layout_of(a), lb = layout_of(b);
-  if (!la) {
-    a = contiguous_on_device(a);
-    la = layout_of(a);
-  }
-  if (!lb) {
-    b = contiguous_on_device(b);
-    lb = layout_of(b);
-  }
-  check_cublas_sizes({a.size(-2), a.size(-1), b.size(-1), la->ld, lb->ld});
-  const int m = static_cast<int>(a.size(-2)), k = static_cast<int>(a.size(-1)), n = static_cast<int>(b.size(-1));
+  if (!layout_of(a)) a = contiguous_on_device(a);
+  if (!layout_of(b)) b = contiguous_on_device(b);
+  const GemmCall c = *gemm_call(a.sizes(), a.strides(), b.sizes(), b.strides());
+  check_cublas_sizes({c.rows, c.cols, c.inner, c.ld_first, c.ld_second});
+  const int n = static_cast<int>(c.rows), m = static_cast<int>(c.cols), k = static_cast<int>(c.inner);
+  const int ldb = static_cast<int>(c.ld_first), lda = static_cast<int>(c.ld_second), ldc = static_cast<int>(c.ld_out);
   cublasHandle_t h = cublas_handle(dev);
   DeviceGuard g(dev);
-  const cublasOperation_t opb = lb->trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t opa = la->trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opb = c.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opa = c.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (out.dtype() == DType::f32) {
     const float alpha = 1.0f, bt = static_cast<float>(beta);
     count_cublas_call();
-    VOLT_CUBLAS_CHECK(cublas().cublasSgemm(h, opb, opa, n, m, k, &alpha, static_cast<const float*>(b.raw_data()),
-                                  static_cast<int>(lb->ld), static_cast<const float*>(a.raw_data()),
-                                  static_cast<int>(la->ld), &bt, static_cast<float*>(out.raw_data()), n));
+    VOLT_CUBLAS_CHECK(cublas().cublasSgemm(h, opb, opa, n, m, k, &alpha, static_cast<const float*>(b.raw_data()), ldb,
+                                           static_cast<const float*>(a.raw_data()), lda, &bt,
+                                           static_cast<float*>(out.raw_data()), ldc));
   } else {
     const double alpha = 1.0, bt = beta;
     count_cublas_call();
     VOLT_CUBLAS_CHECK(cublas().cublasDgemm(h, opb, opa, n, m, k, &alpha, static_cast<const double*>(b.raw_data()),
-                                  static_cast<int>(lb->ld), static_cast<const double*>(a.raw_data()),
-                                  static_cast<int>(la->ld), &bt, static_cast<double*>(out.raw_data()), n));
+                                           ldb, static_cast<const double*>(a.raw_data()), lda, &bt,
+                                           static_cast<double*>(out.raw_data()), ldc));
   }
 }
 

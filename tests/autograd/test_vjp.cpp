@@ -37,6 +37,23 @@ TEST_CASE("gradcheck itself reports a wrong gradient") {
   CHECK(r.max_abs_error > 0.1);
 }
 
+TEST_CASE("gradcheck itself fails on a NaN gradient, analytic or numeric") {
+  // The branch where() leaves out still carries sqrt's gradient of a negative
+  // number: 0 * NaN makes the analytic gradient NaN, the numeric one is 1.
+  Fn nan_analytic = [](const std::vector<Tensor>& x) { return where(gt(x[0], 10.0), sqrt(sub(x[0], 100.0)), x[0]); };
+  autograd::GradcheckResult a = autograd::gradcheck(nan_analytic, {x64({3}, 2, true)});
+  CHECK(!a.ok);
+  CHECK(a.message.find("nan vs numeric") != std::string::npos);
+  CHECK(std::isinf(a.max_abs_error));
+  // Here the value is NaN at every shifted point (numeric NaN), the analytic gradient 1.
+  Fn nan_numeric = [](const std::vector<Tensor>& x) { return add(x[0], mul(sqrt(sub(x[0].detach(), 100.0)), 0.0)); };
+  autograd::GradcheckResult n = autograd::gradcheck(nan_numeric, {x64({3}, 3, true)});
+  CHECK(!n.ok);
+  const bool numeric_nan = n.message.find("numeric -nan") != std::string::npos ||
+                           n.message.find("numeric nan") != std::string::npos;
+  CHECK_MESSAGE(numeric_nan, n.message);
+}
+
 TEST_CASE("unary prims") {
   struct Case {
     const char* name;

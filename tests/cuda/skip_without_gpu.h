@@ -1,14 +1,11 @@
 // The CUDA tests run where a GPU (or tests/cudasim) answers; elsewhere each
-// case returns at once and says why.
+// case returns at once, says why and is counted as skipped (tests/skip.h).
 #pragma once
-#include <doctest/doctest.h>
-
 #include <volt/tensor/cuda/runtime.h>
 
-#define SKIP_WITHOUT_GPU()                                         \
-  do {                                                             \
-    if (!volt::cuda::is_available()) {                             \
-      MESSAGE("skipped: no CUDA GPU or driver on this machine");   \
-      return;                                                      \
-    }                                                              \
+#include "tests/skip.h"
+
+#define SKIP_WITHOUT_GPU()                                                              \
+  do {                                                                                  \
+    if (!volt::cuda::is_available()) VOLT_SKIP("no CUDA GPU or driver on this machine"); \
   } while (0)

@@ -15,6 +15,7 @@
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 #include "tests/tensor/reference.h"
+#include "tests/skip.h"
 
 using namespace volt;
 using volt::testing::max_abs_diff;
@@ -34,8 +35,7 @@ std::shared_ptr<nn::MnistCNN> make_net() {
 
 TEST_CASE("cuda: the tutorial's CNN through jit(module) and compile_step trains as CPU eager mode (3 steps)") {
   if (!cuda::is_available()) {
-    MESSAGE("skipped: no CUDA GPU or driver on this machine");
-    return;
+    VOLT_SKIP("no CUDA GPU or driver on this machine");
   }
   auto cpu_net = make_net(), jit_net = make_net(), step_net = make_net();
   jit_net->to(kGpu);

@@ -15,6 +15,7 @@
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 #include "tests/tensor/reference.h"
+#include "tests/skip.h"
 
 using namespace volt;
 using volt::testing::max_abs_diff;
@@ -39,8 +40,7 @@ TEST_CASE("nvrtc: the window kernels (im2col, col2im, max_pool2d and its gradien
 
 TEST_CASE("cuda: im2col, col2im, max_pool2d and its gradient equal the CPU's (strides, padding, dilation)") {
   if (!cuda::is_available()) {
-    MESSAGE("skipped: no CUDA GPU or driver on this machine");
-    return;
+    VOLT_SKIP("no CUDA GPU or driver on this machine");
   }
   const Window2d windows[] = {{{3, 3}, {1, 1}, {0, 0}, {1, 1}},
                               {{2, 2}, {2, 2}, {0, 0}, {1, 1}},
@@ -70,8 +70,7 @@ TEST_CASE("cuda: im2col, col2im, max_pool2d and its gradient equal the CPU's (st
 
 TEST_CASE("cuda: the convolution prims (with bias, with the ReLU, and their gradients) equal the CPU's") {
   if (!cuda::is_available()) {
-    MESSAGE("skipped: no CUDA GPU or driver on this machine");
-    return;
+    VOLT_SKIP("no CUDA GPU or driver on this machine");
   }
   const Window2d windows[] = {{{3, 3}, {1, 1}, {0, 0}, {1, 1}}, {{3, 2}, {2, 1}, {1, 1}, {1, 2}}};
   uint32_t seed = 70;
@@ -96,8 +95,7 @@ TEST_CASE("cuda: the convolution prims (with bias, with the ReLU, and their grad
 
 TEST_CASE("cuda: the tutorial's CNN trains on the GPU as on the CPU (3 Adadelta steps)") {
   if (!cuda::is_available()) {
-    MESSAGE("skipped: no CUDA GPU or driver on this machine");
-    return;
+    VOLT_SKIP("no CUDA GPU or driver on this machine");
   }
   manual_seed(11);
   auto cpu_net = std::make_shared<nn::MnistCNN>();

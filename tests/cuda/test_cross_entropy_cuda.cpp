@@ -11,13 +11,13 @@
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 #include "tests/nn/cross_entropy_reference.h"
+#include "tests/skip.h"
 
 using namespace volt;
 
 TEST_CASE("cuda: cross_entropy options (reduction, ignore_index, label_smoothing) match f64 loops and the CPU") {
   if (!cuda::is_available()) {
-    MESSAGE("skipped: no CUDA GPU or driver on this machine");
-    return;
+    VOLT_SKIP("no CUDA GPU or driver on this machine");
   }
   const Device gpu = Device::cuda(0);
   manual_seed(23);

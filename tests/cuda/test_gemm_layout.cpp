@@ -11,6 +11,8 @@
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 
+#include "tests/compare.h"
+
 using namespace volt;
 
 namespace {
@@ -30,18 +32,20 @@ void reference_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const flo
     }
 }
 
-// What gemm_2d (tensor/cuda/matmul.cpp) does, with the reference in place of cublasSgemm.
+// The call gemm_2d (tensor/cuda/matmul.cpp) makes, cuda::gemm_call, run by
+// the reference in place of cublasSgemm (packing first where it packs).
 Tensor as_cublas_would(Tensor a, Tensor b) {
-  auto la = cuda::gemm_operand(a.sizes(), a.strides()), lb = cuda::gemm_operand(b.sizes(), b.strides());
-  if (!la) a = a.contiguous(), la = cuda::gemm_operand(a.sizes(), a.strides());
-  if (!lb) b = b.contiguous(), lb = cuda::gemm_operand(b.sizes(), b.strides());
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  // The leading dimension cuBLAS insists on: at least the rows of the stored matrix.
-  CHECK(lb->ld >= (lb->trans ? k : n));
-  CHECK(la->ld >= (la->trans ? m : k));
-  Tensor out = Tensor::empty({m, n});
-  reference_gemm(lb->trans, la->trans, n, m, k, b.data_ptr<float>(), lb->ld, a.data_ptr<float>(), la->ld,
-                 out.data_ptr<float>(), n);
+  if (!cuda::gemm_operand(a.sizes(), a.strides())) a = a.contiguous();
+  if (!cuda::gemm_operand(b.sizes(), b.strides())) b = b.contiguous();
+  const std::optional<cuda::GemmCall> c = cuda::gemm_call(a.sizes(), a.strides(), b.sizes(), b.strides());
+  REQUIRE(c.has_value());
+  // The leading dimensions cuBLAS insists on: at least the rows of each stored matrix.
+  CHECK(c->ld_first >= (c->trans_first ? c->inner : c->rows));
+  CHECK(c->ld_second >= (c->trans_second ? c->cols : c->inner));
+  CHECK(c->ld_out >= c->rows);
+  Tensor out = Tensor::empty({a.size(0), b.size(1)});
+  reference_gemm(c->trans_first, c->trans_second, c->rows, c->cols, c->inner, b.data_ptr<float>(), c->ld_first,
+                 a.data_ptr<float>(), c->ld_second, out.data_ptr<float>(), c->ld_out);
   return out;
 }
 
@@ -78,11 +82,7 @@ TEST_CASE("cuda matmul: cuBLAS operands for row-major, transposed, sliced and od
     Tensor a = c.va(Tensor::randn(c.a)), b = c.vb(Tensor::randn(c.b));
     Tensor want = matmul(a, b);
     Tensor got = as_cublas_would(a, b);
-    auto g = got.to_vector<float>(), w = want.to_vector<float>();
-    REQUIRE(g.size() == w.size());
-    double worst = 0;
-    for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::fabs(double(g[i]) - w[i]));
-    CHECK(worst < 1e-4);
+    CHECK(volt::testing::max_abs_diff(got, want) < 1e-4);
   }
 }
 #endif  // VOLT_WITH_CUDA

@@ -130,8 +130,7 @@ TEST_CASE("cuda: a replayed step is one graph launch, with no allocation and no 
   SKIP_WITHOUT_GPU();
   auto counters = cuda::simulated_counters();
   if (!counters) {
-    MESSAGE("skipped: counts come from the simulated GPU (tests/cudasim)");
-    return;
+    VOLT_SKIP("counts come from the simulated GPU (tests/cudasim)");
   }
   auto net = make_net();
   net->to(kGPU);
@@ -206,8 +205,7 @@ TEST_CASE("cuda: an embedding row out of range in a replayed step is reported at
 TEST_CASE("cuda: a capture refuses a host synchronisation with a clear error") {
   SKIP_WITHOUT_GPU();
   if (!cuda::simulated_counters()) {
-    MESSAGE("skipped: the simulated GPU's refusal is what is tested");
-    return;
+    VOLT_SKIP("the simulated GPU's refusal is what is tested");
   }
   Tensor w = Tensor::ones({4}, DType::f32, kGPU);
   // item() reads the device from the host: fine eagerly, impossible inside a graph.

@@ -1,8 +1,11 @@
 // cudasim: the cuBLAS GEMMs volt calls, queued on the handle's stream and
-// computed on the host in double.
+// computed on the host in double.  With the TF32 math mode set, f32 operands
+// are first rounded to TF32 (10 bits of mantissa), as tensor cores read them.
 #include "sim.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -12,17 +15,35 @@ struct cublasContext {
 namespace cudasim {
 namespace {
 
+// An f32 value with its mantissa rounded to TF32's 10 bits (to nearest even).
+double to_tf32(float v) {
+  if (!std::isfinite(v)) return v;
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  bits += 0xFFFu + ((bits >> 13) & 1u);
+  bits &= ~0x1FFFu;
+  float r;
+  std::memcpy(&r, &bits, 4);
+  return r;
+}
+
+template <class T>
+double operand(T v, bool tf32) {
+  if constexpr (std::is_same_v<T, float>) return tf32 ? to_tf32(v) : double(v);
+  return double(v);
+}
+
 // C = alpha op(A) op(B) + beta C, column-major, accumulated in double.
 template <class T>
 void gemm_cm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, T alpha, const T* A, int lda,
-             const T* B, int ldb, T beta, T* C, int ldc) {
+             const T* B, int ldb, T beta, T* C, int ldc, bool tf32) {
   for (int j = 0; j < n; ++j)
     for (int i = 0; i < m; ++i) {
       double acc = 0;
       for (int p = 0; p < k; ++p) {
         const T a = ta == CUBLAS_OP_N ? A[i + size_t(p) * lda] : A[p + size_t(i) * lda];
         const T b = tb == CUBLAS_OP_N ? B[p + size_t(j) * ldb] : B[j + size_t(p) * ldb];
-        acc += double(a) * double(b);
+        acc += operand(a, tf32) * operand(b, tf32);
       }
       T& c = C[i + size_t(j) * ldc];
       // beta == 0 ignores C (it may hold NaN), as BLAS specifies.
@@ -52,10 +73,11 @@ cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperat
         !within_allocation(C + b * sc, extent(m, n, ldc) * sizeof(T)))
       return CUBLAS_STATUS_INVALID_VALUE;
   const T al = *alpha, be = *beta;  // host pointer mode: read at the call
+  const bool tf32 = h->math == CUBLAS_TF32_TENSOR_OP_MATH;
   std::string what = "cuBLAS gemm m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
   if (batches > 1) what += " batches=" + std::to_string(batches);
   enqueue(h->stream, what, [=] {
-    for (int b = 0; b < batches; ++b) gemm_cm<T>(ta, tb, m, n, k, al, A + b * sa, lda, B + b * sb, ldb, be, C + b * sc, ldc);
+    for (int b = 0; b < batches; ++b) gemm_cm<T>(ta, tb, m, n, k, al, A + b * sa, lda, B + b * sb, ldb, be, C + b * sc, ldc, tf32);
   });
   return CUBLAS_STATUS_SUCCESS;
 }

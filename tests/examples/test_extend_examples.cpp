@@ -11,6 +11,7 @@
 
 #ifdef VOLT_WITH_CUDA
 #include <volt/tensor/cuda/runtime.h>
+#include "tests/skip.h"
 #endif
 
 namespace {
@@ -57,8 +58,7 @@ TEST_CASE("examples: extend_cross_entropy prints the notebook's traces and match
 TEST_CASE("cuda: the extend_cross_entropy example on the GPU, its own kernels against volt's") {
 #ifdef VOLT_WITH_CUDA
   if (!volt::cuda::is_available()) {
-    MESSAGE("skipped: no CUDA GPU or driver on this machine");
-    return;
+    VOLT_SKIP("no CUDA GPU or driver on this machine");
   }
   Run r = run("extend_cross_entropy --device cuda --rows 24 --classes 200 --repeats 1");
   INFO(r.out);
@@ -67,6 +67,6 @@ TEST_CASE("cuda: the extend_cross_entropy example on the GPU, its own kernels ag
   CHECK(r.out.find("# t_0: \"cuda:0 f32[24, 200]\"") != std::string::npos);
   CHECK(count(r.out, R"(fused_cross_entropy_backward\()") >= 1);
 #else
-  MESSAGE("skipped: a build without CUDA");
+  VOLT_SKIP("a build without CUDA");
 #endif
 }

@@ -7,6 +7,8 @@
 #include <regex>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "common/training_log.h"
 
 using namespace volt::examples;
@@ -29,7 +31,7 @@ TEST_CASE("off a terminal, progress prints one plain line per tenth of the work"
 }
 
 TEST_CASE("the JSON log has one parseable object per line") {
-  auto path = std::filesystem::temp_directory_path() / "volt_test_log.jsonl";
+  auto path = std::filesystem::temp_directory_path() / ("volt_test_log_" + std::to_string(::getpid()) + ".jsonl");
   {
     JsonLog log(path.string());
     log.write({{"step", 1}, {"epoch", 1}, {"loss", 2.5}, {"lr", 1e-3}, {"steps_per_s", 300.0}});
@@ -51,7 +53,7 @@ TEST_CASE("the SVG has both curves, every point inside its panel") {
   Curves c;
   for (int i = 0; i < 200; ++i) c.loss.push_back({double(i), 2.3 / (1 + 0.05 * i)});
   c.accuracy = {{1, 95.2}, {2, 97.1}, {3, 97.8}};
-  auto path = std::filesystem::temp_directory_path() / "volt_test_curves.svg";
+  auto path = std::filesystem::temp_directory_path() / ("volt_test_curves_" + std::to_string(::getpid()) + ".svg");
   write_svg(c, path.string());
   std::ifstream in(path);
   std::string svg((std::istreambuf_iterator<char>(in)), {});

@@ -17,18 +17,13 @@
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 
+#include "tests/compare.h"
+
 using namespace volt;
 
 namespace {
 
-double max_rel_diff(const Tensor& a, const Tensor& b) {
-  std::vector<double> x = a.to(DType::f64).contiguous().to_vector<double>(),
-                      y = b.to(DType::f64).contiguous().to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]) / (1e-6 + std::abs(y[i])));
-  return m;
-}
+using volt::testing::max_rel_diff;
 
 // The kernel of a one-region function, jitted with these input names, run on these inputs.
 std::shared_ptr<const jit::FusedKernel> kernel_of(const jit::JitFunction::Fn& fn, const std::vector<std::string>& names,

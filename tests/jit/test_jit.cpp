@@ -12,18 +12,13 @@
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 
+#include "tests/compare.h"
+
 using namespace volt;
 
 namespace {
 
-double max_rel_diff(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i)
-    worst = std::max(worst, std::fabs(x[i] - y[i]) / (std::fabs(y[i]) + 1e-6));
-  return worst;
-}
+using volt::testing::max_rel_diff;
 
 std::string final_trace(const jit::JitFunction& f) { return jit::last_traces(f).back().str(); }
 

@@ -226,7 +226,7 @@ TEST_CASE("kernel cache: the fallback directory is used only when private to thi
 
 // Builds f's kernel in the directory VOLT_TEST_CACHE_CHILD names, as one of
 // several processes doing so at once (the case below starts them).
-TEST_CASE("kernel cache child: one of several processes building the same new entry") {
+TEST_CASE("kernel cache child: one of several processes building the same new entry" * doctest::skip()) {
   const char* dir = std::getenv("VOLT_TEST_CACHE_CHILD");
   if (!dir) {
     MESSAGE("runs only as a child process of the concurrent-builders case");
@@ -247,7 +247,8 @@ TEST_CASE("kernel cache: four processes building one new entry at once each run 
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
   std::string self = fs::read_symlink("/proc/self/exe").string(), filter = "-tc=kernel cache child*";
-  char* argv[] = {self.data(), filter.data(), nullptr};
+  std::string no_skip = "-ns";
+  char* argv[] = {self.data(), no_skip.data(), filter.data(), nullptr};
   std::vector<pid_t> kids;
   for (int k = 0; k < 4; ++k) {
     const std::string log = (d.parent_path() / ("child" + std::to_string(k) + ".log")).string();

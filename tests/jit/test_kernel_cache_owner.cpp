@@ -156,8 +156,7 @@ TEST_CASE("kernel cache: a directory at an entry's .so or .key path is replaced 
 
 TEST_CASE("kernel cache: another user's cache directory or library is never used (runs as root)") {
   if (::geteuid() != 0) {
-    MESSAGE("skipped: needs root to give files to another user (uid 65534)");
-    return;
+    VOLT_SKIP("needs root to give files to another user (uid 65534)");
   }
   std::string err;
   const fs::path base = fresh_dir("owner-base");
@@ -186,8 +185,7 @@ TEST_CASE("kernel cache: another user's cache directory or library is never used
 
 TEST_CASE("dot: the SVG's scratch files follow no link planted in the temporary directory") {
   if (!jit::graphviz_available()) {
-    MESSAGE("skipped: Graphviz's dot is not installed");
-    return;
+    VOLT_SKIP("Graphviz's dot is not installed");
   }
   fs::create_directories(root_dir());
   const fs::path victim = root_dir() / "victim";

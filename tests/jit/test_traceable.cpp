@@ -9,17 +9,13 @@
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 
+#include "tests/compare.h"
+
 using namespace volt;
 
 namespace {
 
-double max_abs(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
-  return worst;
-}
+double max_abs(const Tensor& a, const Tensor& b) { return volt::testing::max_abs_diff(a, b); }
 
 std::string all_traces(const jit::JitFunction& f) {
   std::string s;

@@ -6,6 +6,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include "tests/skip.h"
+
 #include <cstring>
 #include <iostream>
 
@@ -22,5 +24,7 @@ int main(int argc, char** argv) {
   doctest::Context ctx(argc, argv);
   // Both ranks check everything; rank 0 alone reports passing runs.
   if (volt::dist::rank() != 0) ctx.setOption("minimal", true);
-  return ctx.run();
+  const int rc = ctx.run();
+  if (volt::dist::rank() == 0 && !ctx.shouldExit()) volt::testing::print_skips();
+  return rc;
 }

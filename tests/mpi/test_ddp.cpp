@@ -16,6 +16,8 @@
 #include <volt/data/distributed_sampler.h>
 #include <volt/tensor/random.h>
 
+#include "tests/compare.h"
+
 using namespace volt;
 
 namespace {
@@ -63,11 +65,9 @@ Tensor train_step(nn::MLP& net, nn::Optimizer& opt, const Tensor& x, const Tenso
 }
 
 double max_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  if (a.size() != b.size()) return INFINITY;
   double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    std::vector<float> x = a[i].to_vector<float>(), y = b[i].to_vector<float>();
-    for (size_t j = 0; j < x.size(); ++j) worst = std::max(worst, static_cast<double>(std::fabs(x[j] - y[j])));
-  }
+  for (size_t i = 0; i < a.size(); ++i) worst = volt::testing::worse(worst, volt::testing::max_abs_diff(a[i], b[i]));
   return worst;
 }
 

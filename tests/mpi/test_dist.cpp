@@ -101,16 +101,16 @@ TEST_CASE("dist: bad input is an error naming the call") {
 #include <volt/tensor/cuda/runtime.h>
 
 #include <cstdlib>
+#include "tests/skip.h"
 #endif
 
 // tests/mpi/run.sh runs this once more on the simulated GPU (tests/cudasim).
 TEST_CASE("dist: CUDA tensors go through host buffers and stay on their device") {
 #ifndef VOLT_WITH_CUDA
-  MESSAGE("skipped: volt built without CUDA");
+  VOLT_SKIP("volt built without CUDA");
 #else
   if (!cuda::is_available()) {
-    MESSAGE("skipped: no CUDA GPU or driver here");
-    return;
+    VOLT_SKIP("no CUDA GPU or driver here");
   }
   // The host-buffer path, whether NCCL is installed or not (test_nccl.cpp tests NCCL's).
   ::setenv("VOLT_NCCL", "0", 1);

@@ -27,6 +27,9 @@
 #include <volt/tensor/cuda/graph.h>
 #include <volt/tensor/random.h>
 
+#include "tests/compare.h"
+#include "tests/skip.h"
+
 using namespace volt;
 
 namespace {
@@ -81,14 +84,17 @@ Counts delta(const Counts& after, const Counts& before) {
 // A GPU and the simulated NCCL are here (else the test says why it stops).
 bool ready() {
   if (!cuda::is_available()) {
+    ++volt::testing::skips()["no CUDA GPU or driver here"];
     MESSAGE("skipped: no CUDA GPU or driver here");
     return false;
   }
   if (!nccl_handle()) {
+    ++volt::testing::skips()["no libnccl.so.2 here (tests/mpi/run.sh puts the simulated one on LD_LIBRARY_PATH)"];
     MESSAGE("skipped: no libnccl.so.2 here (tests/mpi/run.sh puts the simulated one on LD_LIBRARY_PATH)");
     return false;
   }
   if (!sim_counters()) {
+    ++volt::testing::skips()["libnccl.so.2 is not the simulated NCCL, whose counters these tests read"];
     MESSAGE("skipped: libnccl.so.2 is not the simulated NCCL, whose counters these tests read");
     return false;
   }
@@ -310,14 +316,11 @@ TEST_CASE("nccl: DDP on CUDA through NCCL gives every rank the same parameters, 
   for (int r = 0; r < n; ++r)
     CHECK(std::equal(with_nccl.begin(), with_nccl.end(), all.begin() + r * len));
   // The host-buffer path's result, within 1e-6; and training moved the parameters.
-  double worst = 0, moved = 0;
   manual_seed(3);
   const std::vector<float> start =
       flat(nn::MLP(kIn, std::vector<int64_t>{16, 8, kClasses}, true, 0.0).parameters());
-  for (size_t i = 0; i < with_nccl.size(); ++i) {
-    worst = std::max(worst, static_cast<double>(std::fabs(with_nccl[i] - with_host[i])));
-    moved = std::max(moved, static_cast<double>(std::fabs(with_host[i] - start[i])));
-  }
+  const double worst = volt::testing::max_abs_diff(with_nccl, with_host);
+  const double moved = volt::testing::max_abs_diff(with_host, start);
   MESSAGE("largest difference between NCCL's and the host-buffer path's parameters: " << worst);
   CHECK(worst <= 1e-6);
   CHECK(moved > 1e-2);
@@ -392,8 +395,7 @@ TEST_CASE("nccl: the compiled step on CUDA runs launch by launch, reduces its bu
   for (const Tensor& p : net->parameters()) got.push_back(p.to(kCPU));
   for (const Tensor& p : eager_net->parameters()) want.push_back(p.to(kCPU));
   const std::vector<float> a = flat(got), b = flat(want);
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
+  const double worst = volt::testing::max_abs_diff(a, b);
   MESSAGE("compiled vs eager data-parallel step on CUDA, largest parameter difference: " << worst);
   CHECK(worst <= 1e-6);
   // Each bucket of each step: one all-reduce op, one ncclAllReduce (an average).
@@ -415,5 +417,5 @@ TEST_CASE("nccl: a failing NCCL call is an error naming the call, the rank and N
 }
 
 #else
-TEST_CASE("nccl: NCCL's path needs a CUDA build") { MESSAGE("skipped: volt built without CUDA"); }
+TEST_CASE("nccl: NCCL's path needs a CUDA build") { VOLT_SKIP("volt built without CUDA"); }
 #endif

@@ -70,11 +70,7 @@ Naive naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
 }
 
 double worst(const Tensor& got, const std::vector<double>& want) {
-  const auto g = got.to_vector<double>();
-  REQUIRE(g.size() == want.size());
-  double w = 0;
-  for (size_t i = 0; i < g.size(); ++i) w = std::max(w, std::fabs(g[i] - want[i]));
-  return w;
+  return volt::testing::max_abs_diff(got.to_vector<double>(), want);
 }
 
 struct Inputs {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <unistd.h>
 #include <limits>
 #include <memory>
 #include <set>
@@ -84,7 +85,7 @@ TEST_CASE("GPT: lm_head is transformer.wte, one tensor under two names in state_
   gpt->forward(idx, idx).loss.backward();
   CHECK(wte.grad().defined());
   // Saved under both names; loading writes the same tensor twice, consistently.
-  auto path = (std::filesystem::temp_directory_path() / "volt_test_gpt.safetensors").string();
+  auto path = (std::filesystem::temp_directory_path() / ("volt_test_gpt_" + std::to_string(::getpid()) + ".safetensors")).string();
   nn::save(*gpt, path);
   std::set<std::string> file_names;
   for (auto& [n, t] : nn::load_tensors(path)) file_names.insert(n);

@@ -14,6 +14,7 @@
 #include <volt/tensor/random.h>
 
 #include "examples/run_example.h"
+#include "tests/skip.h"
 
 using namespace volt;
 namespace fs = std::filesystem;
@@ -21,8 +22,7 @@ namespace fs = std::filesystem;
 TEST_CASE("GPT: a model saved by volt loads into PyTorch's nanoGPT layout by name, same logits") {
   using volt::testing::run_command;
   if (run_command("python3 -c 'import torch'").status != 0) {
-    MESSAGE("skipped: python3 cannot import torch here");
-    return;
+    VOLT_SKIP("python3 cannot import torch here");
   }
   const nn::GPTConfig config{.block_size = 16, .vocab_size = 64, .n_layer = 2, .n_head = 2, .n_embd = 32};
   manual_seed(8);

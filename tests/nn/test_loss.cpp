@@ -11,6 +11,8 @@
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 
+#include "tests/compare.h"
+
 using namespace volt;
 namespace F = volt::nn::functional;
 
@@ -116,10 +118,7 @@ Reference reference_cross_entropy(const Tensor& logits, const std::vector<int64_
 }
 
 double max_rel_diff(const std::vector<double>& got, const std::vector<double>& want) {
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    worst = std::max(worst, std::fabs(got[i] - want[i]) / (1e-3 + std::fabs(want[i])));
-  return worst;
+  return volt::testing::max_rel_diff(got, want, 1e-3);
 }
 
 }  // namespace

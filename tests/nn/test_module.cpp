@@ -10,6 +10,7 @@
 #include <volt/tensor/backend.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
+#include "tests/skip.h"
 
 using namespace volt;
 
@@ -173,8 +174,7 @@ TEST_CASE("parameters are shared handles") {
 
 TEST_CASE("to(device) moves parameters in place") {
   if (!backend_for(DeviceType::CUDA)) {
-    MESSAGE("skipped: this build has no CUDA backend");
-    return;
+    VOLT_SKIP("this build has no CUDA backend");
   }
   manual_seed(0);
   nn::Linear fc(3, 2);

@@ -16,6 +16,7 @@
 #include <volt/tensor/factories.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
+#include "tests/skip.h"
 
 using namespace volt;
 namespace fs = std::filesystem;
@@ -85,8 +86,7 @@ TEST_CASE("safetensors: bf16 and f16 are saved as BF16 and F16 and load back bit
 
 TEST_CASE("safetensors: a bf16 file written by volt loads in PyTorch bit for bit") {
   if (std::system("python3 -c 'import torch' >/dev/null 2>&1") != 0) {
-    MESSAGE("skipped: python3 cannot import torch here");
-    return;
+    VOLT_SKIP("python3 cannot import torch here");
   }
   const fs::path path = temp_path("torch.safetensors"), script = temp_path("read.py"), out = temp_path("bits.txt");
   manual_seed(5);

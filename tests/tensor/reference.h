@@ -14,6 +14,8 @@
 
 #include <volt/tensor/ops.h>
 
+#include "tests/compare.h"
+
 namespace volt::testing {
 
 // A bf16 or f16 tensor's 16-bit patterns, in row-major order.
@@ -23,14 +25,6 @@ inline std::vector<uint16_t> bits16(const Tensor& t) {
   return std::vector<uint16_t>(p, p + c.numel());
 }
 
-// The largest |a - b| over all elements (same number of elements required).
-inline double max_abs_diff(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  REQUIRE(x.size() == y.size());
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
-  return worst;
-}
 
 // PyTorch's relu, by its documented rule: max(0, x), and max propagates NaN
 // (torch.maximum: "If one of the elements being compared is a NaN, then that

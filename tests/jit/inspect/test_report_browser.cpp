@@ -26,6 +26,7 @@
 #include <volt/tensor/random.h>
 
 #include "tests/jit/inspect/report_checks.h"
+#include "tests/skip.h"
 
 extern char** environ;
 
@@ -174,8 +175,7 @@ bool shows_something(const fs::path& png, std::string* why) {
 TEST_CASE("report browser: headless Chromium renders the report and the index without console errors") {
   const std::string browser = find_browser();
   if (browser.empty()) {
-    MESSAGE("skipped: Chromium is not installed (apt-get install chromium; setup.sh does)");
-    return;
+    VOLT_SKIP("Chromium is not installed (apt-get install chromium; setup.sh does)");
   }
   const fs::path work = fs::temp_directory_path() / ("volt-report-browser-" + std::to_string(::getpid()));
   fs::remove_all(work);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <volt/tensor/cpu/gemm.h>
+#include <volt/tensor/cpu/contention.h>
 #include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/ops.h>
 #include "tests/tensor/reference.h"
@@ -398,55 +399,67 @@ TEST_CASE("thread pool: back-to-back regions of different sizes each run exactly
 }
 
 TEST_CASE("thread pool: while other threads take every core, a region runs on its caller alone") {
-  KernelScope scope;
-  cpu::set_num_threads(2);
-  // The machine's load as the pool reads it, set by the test (a file in
-  // /proc/loadavg's format), so the outcome does not hang on what else runs.
+  // The policy (tensor/cpu/contention.h) on a clock and a load the test sets:
+  // looks 20 ms apart, two in a row believed.
+  using Clock = cpu::detail::Contention::Clock;
+  using std::chrono::milliseconds;
+  int others = 64;  // other processes' runnable threads
+  cpu::detail::Contention c(2, [&](int) { return others; });
+  Clock::time_point t = Clock::now();
+  auto next = [&](int ms) { return t += milliseconds(ms); };
+  CHECK(c.threads_for(2, 1, next(0)) == 2);   // one look at a busy machine is not believed
+  CHECK(!c.busy());
+  CHECK(c.threads_for(2, 1, next(5)) == 2);   // no new look within 20 ms
+  CHECK(c.threads_for(2, 1, next(25)) == 1);  // the second look agrees: the caller alone
+  CHECK(c.busy());
+  CHECK(c.threads_for(2, 1, next(30)) == 1);
+  others = 1;                                 // one core left free by the others
+  CHECK(c.threads_for(2, 1, next(30)) == 1);  // one spare core
+  others = 0;
+  CHECK(c.threads_for(2, 1, next(30)) == 2);  // the cores free again: one look suffices
+  CHECK(!c.busy());
+  // With 8 threads wanted on 2 cores and 1 other thread: one spare core.
+  others = 1;
+  c.threads_for(8, 1, next(30));
+  CHECK(c.threads_for(8, 1, next(30)) == 1);
+  others = 0;
+  c.threads_for(8, 1, next(30));
+  CHECK(c.threads_for(8, 1, next(30)) == 8);
+
+  // Stragglers: a region whose caller waited > 1 ms, longer than its work,
+  // twice within 200 ms, runs the next ones alone for 20 ms, then probes;
+  // a slow probe doubles the period.
+  auto region = [&](int work_us, int wait_us) {
+    const Clock::time_point start = t, done = t + std::chrono::microseconds(work_us);
+    t = done + std::chrono::microseconds(wait_us);
+    c.judge(start, done, t);
+  };
+  region(100, 5000);
+  CHECK(c.threads_for(2, 1, next(1)) == 2);   // one slow region is not enough
+  region(100, 5000);
+  CHECK(c.threads_for(2, 1, next(1)) == 1);   // the second, within 200 ms: alone
+  CHECK(c.threads_for(2, 1, next(10)) == 1);
+  CHECK(c.threads_for(2, 1, next(15)) == 2);  // 20 ms later: a probe
+  region(100, 5000);                          // the probe is slow: 40 ms alone
+  CHECK(c.threads_for(2, 1, next(35)) == 1);
+  CHECK(c.threads_for(2, 1, next(10)) == 2);
+  region(5000, 2000);                         // a wait shorter than the work is not slow
+  CHECK(c.threads_for(2, 1, next(1)) == 2);
+  region(100, 5000);
+  t += milliseconds(300);
+  region(100, 5000);                          // two slow regions 300 ms apart: not a pattern
+  CHECK(c.threads_for(2, 1, next(1)) == 2);
+}
+
+TEST_CASE("thread pool: the load file's runnable count, less volt's own threads") {
   const std::string load = "/tmp/volt-test-loadavg-" + std::to_string(::getpid());
-  auto set_runnable = [&](int n) {
-    std::ofstream(load + ".tmp") << "0.00 0.00 0.00 " << n << "/500 1\n";
-    std::rename((load + ".tmp").c_str(), load.c_str());
-  };
-  struct Restore {
-    std::string path;
-    ~Restore() {
-      cpu::set_load_file("");
-      std::remove(path.c_str());
-    }
-  } restore{load};
-  set_runnable(64);  // other processes' threads on every core
-  cpu::set_load_file(load);
-  // The threads that ran one region's tasks (each task long enough that an
-  // awake worker would claim some).
-  auto runners = [] {
-    std::mutex m;
-    std::set<std::thread::id> ids;
-    cpu::parallel_tasks(32, [&](int64_t) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
-      while (std::chrono::steady_clock::now() < until) {
-      }
-      std::lock_guard<std::mutex> lock(m);
-      ids.insert(std::this_thread::get_id());
-    });
-    return ids;
-  };
-  // The pool looks every 20 ms and believes two looks in a row: two regions
-  // to see the load, then three that must run on the caller alone.
-  int alone = 0;
-  for (int r = 0; r < 5; ++r) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    const auto ids = runners();
-    if (r >= 2) alone += ids.size() == 1 && ids.count(std::this_thread::get_id()) == 1;
-  }
-  CHECK(alone == 3);
-  // The cores free again: some region of the next ones uses a worker.
-  set_runnable(0);
-  bool shared = false;
-  for (int r = 0; r < 40 && !shared; ++r) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    shared = runners().size() > 1;
-  }
-  CHECK(shared);
+  std::ofstream(load) << "0.50 0.40 0.30 7/500 12345\n";
+  CHECK(cpu::detail::runnable_from_load_file(load, 2) == 5);
+  CHECK(cpu::detail::runnable_from_load_file(load, 9) == 0);
+  std::ofstream(load) << "garbage\n";
+  CHECK(cpu::detail::runnable_from_load_file(load, 1) == -1);
+  std::remove(load.c_str());
+  CHECK(cpu::detail::runnable_from_load_file(load, 1) == -1);
 }
 
 TEST_CASE("GEMM packing: every instruction set's panels equal the copying loop") {

@@ -40,7 +40,7 @@ struct ChildRun {
 // VOLT_CPU_ISA set to `value` (single quotes are not allowed in it).
 ChildRun run_isa_child(const std::string& value) {
   const std::string cmd = "VOLT_CPU_ISA_CHILD=1 VOLT_CPU_ISA='" + value + "' /proc/" + std::to_string(::getpid()) +
-                          "/exe -tc='cpu isa child*' 2>&1";
+                          "/exe -ns -tc='cpu isa child*' 2>&1";
   ChildRun r;
   if (FILE* p = ::popen(cmd.c_str(), "r")) {
     char buf[512];
@@ -59,7 +59,7 @@ std::string child_field(const std::string& out, const std::string& key) {
 
 }  // namespace
 
-TEST_CASE("cpu isa child: the kernels VOLT_CPU_ISA names, against the naive loop") {
+TEST_CASE("cpu isa child: the kernels VOLT_CPU_ISA names, against the naive loop" * doctest::skip()) {
   if (!std::getenv("VOLT_CPU_ISA_CHILD")) {
     MESSAGE("runs only as the child process of the VOLT_CPU_ISA test");
     return;
