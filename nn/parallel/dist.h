@@ -21,9 +21,13 @@
 // machine its own GPU (local_rank()).
 //
 // A failing MPI or NCCL call throws volt::Error naming the call, the rank and
-// the library's message.  After init(), an exception that escapes main() on one rank ends
-// every rank (MPI_Abort with the exception's message), so the others never
-// wait forever in a collective for a rank that is gone.
+// the library's message.  After init(), no rank waits forever in a collective
+// for a rank that is gone: an exception that escapes main() on one rank ends
+// every rank (MPI_Abort with the exception's message); a rank that returns
+// from main (or calls exit), having caught an error or finished early, tells
+// the others it left and waits for them to leave too, and a rank waiting over
+// MPI in a collective that the departed rank never joins ends every rank with
+// a message naming both.  (A collective queued on NCCL is not watched.)
 //
 // Without MPI (volt built with VOLT_MPI=OFF or no Open MPI found), init()
 // throws and is_available() is false; everything else in volt works as before.
@@ -57,8 +61,8 @@ Tensor all_gather(const Tensor& t);
 // A non-blocking all-reduce in flight.  wait() finishes it (applying
 // Average's division); test() lets MPI make progress and says whether it is
 // done.  The tensor must stay alive and untouched until then.  Over MPI
-// (MPI_Iallreduce) it matches only a non-blocking all-reduce on the other
-// ranks, never a blocking all_reduce().  Through NCCL the all-reduce is
+// (MPI_Iallreduce, as all_reduce() itself is) it matches an all_reduce() or
+// an all_reduce_async() on the other ranks.  Through NCCL the all-reduce is
 // queued on the stream with a CUDA event after it: wait() blocks until the
 // GPU reaches the event (cudaEventSynchronize), test() asks (cudaEventQuery).
 class Work {

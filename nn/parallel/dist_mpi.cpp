@@ -4,12 +4,15 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <limits>
 #include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <volt/nn/parallel/nccl.h>
 
@@ -20,6 +23,17 @@ namespace {
 bool g_init_here = false;  // volt called MPI_Init (and so calls MPI_Finalize)
 int g_local_rank = -1;     // among the ranks on this machine, found by init()
 std::terminate_handler g_previous_terminate = nullptr;
+
+// Leaving main.  A rank that returns from main (or calls exit) tells every
+// other rank so on a communicator of its own (g_exit_comm, a copy of the
+// world), then waits in a barrier there until every rank has left too.  A rank
+// waiting in a collective watches for such notices: one from a rank that has
+// left means the collective can never finish, and it ends every rank
+// (MPI_Abort) with a message instead of waiting forever.
+MPI_Comm g_exit_comm = MPI_COMM_NULL;
+constexpr int kLeftTag = 7301;
+std::vector<bool> g_heard;  // the ranks whose notice this rank has received
+int g_gone = -1;            // a rank known to have left main, or -1
 
 int rank_or_unknown() {
   int inited = 0;
@@ -35,6 +49,42 @@ void check(int rc, const char* call) {
   int len = 0;
   MPI_Error_string(rc, msg, &len);
   VOLT_FAIL(call, "failed on rank " << rank_or_unknown() << ": " << std::string(msg, static_cast<size_t>(len)));
+}
+
+// Receives the notices that have arrived; a rank that has left, or -1.
+int rank_that_left() {
+  if (g_exit_comm == MPI_COMM_NULL) return -1;  // MPI was set up by the program, not by init()
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, kLeftTag, g_exit_comm, &flag, &st);
+    if (!flag) break;
+    int who = 0;
+    MPI_Recv(&who, 1, MPI_INT, st.MPI_SOURCE, kLeftTag, g_exit_comm, MPI_STATUS_IGNORE);
+    g_heard[static_cast<size_t>(st.MPI_SOURCE)] = true;
+    if (g_gone < 0) g_gone = st.MPI_SOURCE;
+  }
+  return g_gone;
+}
+
+// Waits for a collective's request, watching for ranks that left main.  A
+// notice may come from a rank that took part and then left, so the
+// collective gets two more seconds to finish before every rank is ended.
+void wait_watching(MPI_Request& request, const char* op) {
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> deadline;
+  for (unsigned spins = 0;; ++spins) {
+    int done = 0;
+    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) return;
+    if ((spins & 63) != 63) continue;
+    if (!deadline && rank_that_left() >= 0) deadline = Clock::now() + std::chrono::seconds(2);
+    if (deadline && Clock::now() > *deadline)
+      abort("rank " + std::to_string(g_gone) + " left main (returned or exited) while this rank waited in " + op +
+                ", which needs every rank",
+            1);
+    std::this_thread::yield();
+  }
 }
 
 void require_init(const char* op) {
@@ -106,10 +156,35 @@ void terminate_with_abort() {
   abort(what, 1);
 }
 
+// At exit: the notice to every other rank, then the barrier of leaving.
+void leave() {
+  int me = 0, n = 1;
+  MPI_Comm_rank(g_exit_comm, &me);
+  MPI_Comm_size(g_exit_comm, &n);
+  std::vector<MPI_Request> sent;
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    sent.emplace_back();
+    MPI_Isend(&me, 1, MPI_INT, r, kLeftTag, g_exit_comm, &sent.back());
+  }
+  MPI_Request all_left = MPI_REQUEST_NULL;
+  MPI_Ibarrier(g_exit_comm, &all_left);
+  for (int done = 0; !done; std::this_thread::yield()) MPI_Test(&all_left, &done, MPI_STATUS_IGNORE);
+  for (int r = 0; r < n; ++r)  // every rank sent its notice before the barrier
+    if (r != me && !g_heard[static_cast<size_t>(r)]) {
+      int who = 0;
+      MPI_Recv(&who, 1, MPI_INT, r, kLeftTag, g_exit_comm, MPI_STATUS_IGNORE);
+    }
+  MPI_Waitall(static_cast<int>(sent.size()), sent.data(), MPI_STATUSES_IGNORE);
+  MPI_Comm_free(&g_exit_comm);
+}
+
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  if (g_exit_comm != MPI_COMM_NULL) leave();
+  MPI_Finalize();
 }
 
 }  // namespace
@@ -134,6 +209,10 @@ void init() {
   check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
   check(MPI_Comm_rank(node, &g_local_rank), "MPI_Comm_rank");
   check(MPI_Comm_free(&node), "MPI_Comm_free");
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &g_exit_comm), "MPI_Comm_dup");
+  int n = 1;
+  check(MPI_Comm_size(MPI_COMM_WORLD, &n), "MPI_Comm_size");
+  g_heard.assign(static_cast<size_t>(n), false);
   if (!g_init_here) {
     g_init_here = true;
     std::atexit(finalize_at_exit);
@@ -164,9 +243,11 @@ void all_reduce(Tensor& t, ReduceOp op) {
   require_init("dist::all_reduce");
   if (via_nccl(t)) return nccl::all_reduce(t, op);
   HostBuffer b(t, "dist::all_reduce");
-  check(MPI_Allreduce(MPI_IN_PLACE, b.host.raw_data(), static_cast<int>(b.host.numel()), mpi_type(t, "dist::all_reduce"),
-                      MPI_SUM, MPI_COMM_WORLD),
-        "MPI_Allreduce");
+  MPI_Request r = MPI_REQUEST_NULL;
+  check(MPI_Iallreduce(MPI_IN_PLACE, b.host.raw_data(), static_cast<int>(b.host.numel()),
+                       mpi_type(t, "dist::all_reduce"), MPI_SUM, MPI_COMM_WORLD, &r),
+        "MPI_Iallreduce");
+  wait_watching(r, "dist::all_reduce");
   if (op == ReduceOp::Average) nccl::divide_on_host(b.host, world_size());
   b.finish(t);
 }
@@ -177,14 +258,19 @@ void broadcast(Tensor& t, int root) {
   VOLT_CHECK(root >= 0 && root < n, "dist::broadcast", "root " << root << " is not a rank of " << n);
   if (via_nccl(t)) return nccl::broadcast(t, root);
   HostBuffer b(t, "dist::broadcast");
-  check(MPI_Bcast(b.host.raw_data(), static_cast<int>(b.host.numel()), mpi_type(t, "dist::broadcast"), root, MPI_COMM_WORLD),
-        "MPI_Bcast");
+  MPI_Request r = MPI_REQUEST_NULL;
+  check(MPI_Ibcast(b.host.raw_data(), static_cast<int>(b.host.numel()), mpi_type(t, "dist::broadcast"), root,
+                   MPI_COMM_WORLD, &r),
+        "MPI_Ibcast");
+  wait_watching(r, "dist::broadcast");
   b.finish(t);
 }
 
 void barrier() {
   require_init("dist::barrier");
-  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  MPI_Request r = MPI_REQUEST_NULL;
+  check(MPI_Ibarrier(MPI_COMM_WORLD, &r), "MPI_Ibarrier");
+  wait_watching(r, "dist::barrier");
 }
 
 Tensor all_gather(const Tensor& t) {
@@ -196,7 +282,10 @@ Tensor all_gather(const Tensor& t) {
   Tensor out = Tensor::empty(shape, t.dtype(), kCPU);
   const int count = static_cast<int>(t.numel());
   const MPI_Datatype type = mpi_type(t, "dist::all_gather");
-  check(MPI_Allgather(b.host.raw_data(), count, type, out.raw_data(), count, type, MPI_COMM_WORLD), "MPI_Allgather");
+  MPI_Request r = MPI_REQUEST_NULL;
+  check(MPI_Iallgather(b.host.raw_data(), count, type, out.raw_data(), count, type, MPI_COMM_WORLD, &r),
+        "MPI_Iallgather");
+  wait_watching(r, "dist::all_gather");
   return t.device().is_cpu() ? out : out.to(t.device());
 }
 
@@ -237,7 +326,7 @@ void Work::wait() {
   if (!state_) return;
   std::shared_ptr<State> s = std::move(state_);
   if (s->queued) return nccl::wait(*s->queued);
-  check(MPI_Wait(&s->request, MPI_STATUS_IGNORE), "MPI_Wait");
+  wait_watching(s->request, "dist::all_reduce_async's wait");
   if (s->op == ReduceOp::Average) nccl::divide_on_host(s->buffer->host, world_size());
   s->buffer->finish(s->target);
 }

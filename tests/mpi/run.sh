@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# volt::dist's tests under mpirun (2 ranks), then the abort check: a rank
-# that throws must end the run with its message, not leave the others waiting.
+# volt::dist's tests under mpirun (2 ranks), then the abort checks: a rank
+# that throws, or that catches and returns from main, must end the run with a
+# message, not leave the others waiting.
 # Usage: tests/mpi/run.sh BUILD_DIR
 set -euo pipefail
 build=${1:-build}
@@ -36,8 +37,21 @@ fi
 if [ "$rc" = 0 ] || ! grep -q "rank 1 ends every rank: rank 1 fails on purpose" "$log"; then
   echo "volt_mpi_tests --abort-test: expected a failing run with rank 1's message (exit $rc)" >&2; cat "$log" >&2; exit 1
 fi
-rm -f "$log"
 echo "volt: a throwing rank ended the MPI run (exit $rc) with its message"
+# A rank that catches its error and returns from main: the rank left waiting
+# in an all-reduce ends the run, naming it.
+set +e
+timeout 60 "${mpirun[@]}" "$build/tests/volt_mpi_tests" --return-test >"$log" 2>&1
+rc=$?
+set -e
+if [ "$rc" = 124 ]; then
+  echo "volt_mpi_tests --return-test: rank 0 still waited after 60 s" >&2; cat "$log" >&2; exit 1
+fi
+if [ "$rc" = 0 ] || ! grep -q "rank 0 ends every rank: rank 1 left main (returned or exited) while this rank waited in dist::all_reduce" "$log"; then
+  echo "volt_mpi_tests --return-test: expected a failing run naming rank 1 (exit $rc)" >&2; cat "$log" >&2; exit 1
+fi
+rm -f "$log"
+echo "volt: a rank that returned from main ended the MPI run (exit $rc) instead of leaving the other waiting"
 # examples/gpt --distributed: a small GPT on a small text, eagerly and as a
 # compiled step; every rank must end with the same parameters.
 gpt="$build/examples/gpt"
