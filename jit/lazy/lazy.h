@@ -132,7 +132,9 @@ bool has_value(const Tensor& t);
 
 namespace metrics {
 // Counters: CachedCompile, UncachedCompile, MarkStep, RunGraph.<reason>
-// (value_needed, mark_step, size_limit, fallback), Fallback.<op>,
+// (value_needed, mark_step, size_limit, fallback), Fallback.<op> (an op with
+// no lowering that cut the graph to run), DataOp.<op> (one whose inputs all
+// held their values, so it cut nothing),
 // Transfer.to_lazy, Transfer.to_host, NodesRecorded, and times in
 // microseconds: Time.sync_us (hash, lookup, compile and run or hand over),
 // Time.compile_us, Time.execute_us (running graphs, on either thread),

@@ -67,12 +67,17 @@ ValuePtr value_of(const Tensor& t) {
 // ------------------------------------------------------------ recording
 
 // Runs an op with no lowering eagerly on the backend device: its lazy inputs
-// are computed first, its outputs become new leaves.
+// are computed first, its outputs become new leaves.  Counted as a fallback
+// (Fallback.<op>) when that cuts a graph, that is when an input was still a
+// pending node; an op whose inputs all hold their values already (nll_loss's
+// target check on a batch just moved to the device) cuts nothing and counts
+// as DataOp.<op>.
 std::vector<Tensor> fallback(const OpCall& call) {
-  count(std::string("Fallback.") + op_name(call));
   std::vector<ValuePtr> pending;
   for (const Value& v : call.args)
     if (v.is_tensor && v.tensor.defined() && v.tensor.device().is_lazy()) pending.push_back(current(*state_of(v.tensor)));
+  const bool cuts = std::any_of(pending.begin(), pending.end(), [](const ValuePtr& v) { return v->node != nullptr; });
+  count(std::string(cuts ? "Fallback." : "DataOp.") + op_name(call));
   run_graph(pending, Reason::Fallback);
   OpCall c = call;
   for (Value& v : c.args)

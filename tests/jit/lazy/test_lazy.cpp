@@ -186,6 +186,28 @@ TEST_CASE("lazy: a custom op with its own kernel falls back, with its name on th
   Tensor y = dispatch1(custom_call(id, {x})) - 1.0;
   CHECK(lazy::metrics::counter_value("Fallback.lazy_test_twice") == 1);
   CHECK(y.to_vector<float>() == std::vector<float>{3, 5, 7});
+  // On a value that exists already it cuts no graph: not a fallback.
+  Tensor z = Tensor::from_vector<float>({1, 2, 3}).to(kLazy);
+  Tensor w = dispatch1(custom_call(id, {z}));
+  CHECK(lazy::metrics::counter_value("Fallback.lazy_test_twice") == 1);
+  CHECK(lazy::metrics::counter_value("DataOp.lazy_test_twice") == 1);
+  CHECK(lazy::metrics::counter_value("RunGraph.fallback") == 1);
+  CHECK(w.to_vector<float>() == std::vector<float>{2, 4, 6});
+}
+
+TEST_CASE("lazy: a training step's target check on the batch is no fallback") {
+  fresh();
+  Tensor logits = (Tensor::randn({4, 5}).to(kLazy) * 2.0).requires_grad_();
+  Tensor target = Tensor::from_vector<int64_t>({0, 4, 2, 1}).to(kLazy);
+  Tensor loss = cross_entropy(logits, target);
+  loss.backward();
+  lazy::mark_step();
+  CHECK(lazy::metrics::counter_value("Fallback.check_target_range") == 0);
+  CHECK(lazy::metrics::counter_value("DataOp.check_target_range") == 1);
+  CHECK(lazy::metrics::counter_value("RunGraph.fallback") == 0);
+  // A bad target still fails with nll_loss's message.
+  Tensor bad = Tensor::from_vector<int64_t>({0, 9, 2, 1}).to(kLazy);
+  CHECK_THROWS_WITH_AS(cross_entropy(logits, bad), doctest::Contains("target values must lie in [0, 5)"), Error);
 }
 
 TEST_CASE("lazy: a graph over the size limit is cut and run") {
