@@ -136,5 +136,22 @@ TEST_CASE("StepLR, ExponentialLR and CosineAnnealingLR give PyTorch's learning-r
   for (int e = 0; e < 5; ++e)
     CHECK(lrs[e] == doctest::Approx(0.01 + 0.09 * (1 + std::cos(pi * e / 4)) / 2).epsilon(1e-12));
   CHECK(lrs[4] == doctest::Approx(0.01));
+  // Past T_max, against PyTorch's own recursive step() (its documented
+  // recurrence, written out here): from eta_min the rate climbs back, a
+  // cosine of period 2 T_max.
+  nn::SGD sgd4({p}, {.lr = 0.1});
+  nn::CosineAnnealingLR cos4(sgd4, 4, 0.01);
+  double torch_lr = 0.1;
+  for (int64_t t = 1; t <= 20; ++t) {  // t: last_epoch after the step
+    cos4.step();
+    const double T = 4, eta_min = 0.01, base = 0.1;
+    if ((t - 1 - 4) % 8 == 0)
+      torch_lr = torch_lr + (base - eta_min) * (1 - std::cos(pi / T)) / 2;
+    else
+      torch_lr = (1 + std::cos(pi * double(t) / T)) / (1 + std::cos(pi * double(t - 1) / T)) * (torch_lr - eta_min) + eta_min;
+    INFO("epoch " << t);
+    CHECK(sgd4.lr() == doctest::Approx(torch_lr).epsilon(1e-9));
+  }
+  CHECK(sgd4.lr() == doctest::Approx(0.01 + 0.09 * (1 + std::cos(pi * 20 / 4)) / 2).epsilon(1e-9));  // back at 0.1 at 2 T_max multiples
   CHECK_THROWS_WITH_AS(nn::StepLR(sgd, 0), doctest::Contains("StepLR: step_size must be positive"), Error);
 }
