@@ -296,3 +296,21 @@ TEST_CASE("autocast on the lazy device: the guard's casts are recorded; 50 steps
   CHECK(std::fabs(amp_lazy - f32) < 0.02 * f32);
   for (const Tensor& p : net->parameters()) CHECK(p.dtype() == DType::f32);
 }
+
+TEST_CASE("autocast composes with the grad transforms: grad(autocast(f)) gives f32 gradients near f32's") {
+  std::vector<Tensor> in = small_inputs();
+  for (Tensor& t : in) t = t.detach();
+  auto f = jit::jit(small_net);
+  const std::vector<Tensor> want = jit::grad(f)(in);
+  const std::vector<Tensor> got = jit::grad(jit::autocast(f, kBF16))(in);
+  REQUIRE(got.size() == want.size());
+  REQUIRE(got.size() == 5);  // x, w1, b1, w2, b2 (y is an integer input)
+  for (size_t i = 0; i < got.size(); ++i) {
+    CHECK(got[i].dtype() == DType::f32);
+    CHECK(relative_diff(got[i], want[i]) < 0.02);
+    CHECK(relative_diff(got[i], want[i]) > 0);
+  }
+  // A fresh autocast of the same function gives the same bits: the transform is deterministic.
+  const std::vector<Tensor> again = jit::grad(jit::autocast(f, kBF16))(in);
+  for (size_t i = 0; i < got.size(); ++i) CHECK(again[i].to_vector<float>() == got[i].to_vector<float>());
+}
