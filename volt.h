@@ -18,6 +18,7 @@
 #include <volt/tensor/indexing.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
+#include <volt/tensor/autocast.h>
 #include <volt/autograd/grad_mode.h>
 #include <volt/nn/module.h>
 #include <volt/nn/linear.h>
@@ -38,11 +39,13 @@
 #include <volt/nn/lr_schedule.h>
 #include <volt/nn/serialize.h>
 #include <volt/nn/checkpoint.h>
+#include <volt/nn/amp.h>
 #include <volt/data/dataset.h>
 #include <volt/data/dataloader.h>
 #include <volt/data/sampler.h>
 #include <volt/data/transforms.h>
 #include <volt/data/text.h>
 #include <volt/jit/jit.h>
+#include <volt/jit/autocast.h>
 #include <volt/jit/step/step.h>
 #include <volt/jit/lazy/lazy.h>

@@ -7,6 +7,7 @@
 #include <volt/autograd/hooks.h>
 #include <volt/autograd/node.h>
 #include <volt/autograd/vjp.h>
+#include <volt/tensor/autocast.h>
 #include <volt/tensor/ops.h>
 
 namespace volt::autograd {
@@ -181,6 +182,7 @@ void remove_backward_hooks(int64_t handle) {
 
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   NoGradGuard no_grad;
+  AutocastGuard no_autocast(std::nullopt);  // gradients follow the forward's types
   std::unordered_map<Node*, Tensor> pending;  // gradient summed so far per node
   std::vector<std::shared_ptr<Node>> order;   // reverse topological order
   {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include "common.h"
@@ -19,7 +20,9 @@
 #include <volt/nn/adamw.h>
 #include <volt/nn/clip_grad.h>
 #include <volt/nn/gpt.h>
+#include <volt/tensor/autocast.h>
 #include <volt/tensor/cuda/runtime.h>
+#include <volt/tensor/factories.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 
@@ -86,7 +89,11 @@ struct KernelCount {
   }
 };
 
-Cell run_cell(const std::string& mode, const std::string& device_name, const Options& o) {
+Cell run_cell(const std::string& full_mode, const std::string& device_name, const Options& o) {
+  // "jit+bf16": the jit cell with autocast to bf16.
+  const std::string mode = full_mode.substr(0, full_mode.find('+'));
+  std::optional<DType> amp;
+  if (mode != full_mode) amp = full_mode.substr(mode.size() + 1) == "f16" ? kF16 : kBF16;
   manual_seed(1);
   auto gpt = std::make_shared<nn::GPT>(nn::GPTConfig{});
   gpt->train();
@@ -116,6 +123,7 @@ Cell run_cell(const std::string& mode, const std::string& device_name, const Opt
     loss_of = [f](const Tensor& x, const Tensor& y) { return (*f)({x, y}).at(0); };
   }
   auto body = [&](const Tensor& x, const Tensor& y) {
+    AutocastGuard mixed(amp);
     Tensor loss = loss_of(x, y);
     opt.zero_grad();
     loss.backward();
@@ -125,7 +133,7 @@ Cell run_cell(const std::string& mode, const std::string& device_name, const Opt
   };
   std::unique_ptr<jit::CompiledStep> compiled;
   if (mode == "step")
-    compiled = std::make_unique<jit::CompiledStep>(jit::compile_step(body, {.state = {*gpt, opt}, .reuse_outputs = true}));
+    compiled = std::make_unique<jit::CompiledStep>(jit::compile_step(body, {.state = {*gpt, opt}, .reuse_outputs = true, .autocast = amp}));
   size_t k = 0;
   auto train_step = [&] {
     const Batch& b = batches[k++ % batches.size()];
@@ -143,20 +151,21 @@ Cell run_cell(const std::string& mode, const std::string& device_name, const Opt
     if (f) count.add(f->last_traces().back());
     if (f) count.add(f->last_backward_traces().back());
     if (compiled) count.add(compiled->last_traces().back());
-    count.print(mode);
+    count.print(full_mode);
   }
-  return {mode, device_name, o.batch, block, bench::time_steps(train_step, o.steps, o.warmup)};
+  return {full_mode, device_name, o.batch, block, bench::time_steps(train_step, o.steps, o.warmup)};
 }
 
 // libtorch_bench --model gpt, as a child process (its own threads and allocator).
-std::vector<Cell> run_libtorch(const Options& o) {
+std::vector<Cell> run_libtorch(const Options& o, bool bf16) {
   std::string cmd = "'" + o.libtorch + "' --model gpt --json --batch " + std::to_string(o.batch);
+  if (bf16) cmd += " --amp bf16";
   if (o.steps > 0) cmd += " --steps " + std::to_string(o.steps);
   if (o.threads > 0) cmd += " --threads " + std::to_string(o.threads);
   std::vector<Cell> cells;
   for (const std::string& line : child_output_lines(cmd)) {
     if (json_field(line, "model") != "gpt" || json_field(line, "phase") != "train") continue;
-    Cell c{"libtorch", "cpu", std::stoll(json_field(line, "batch")), 0, {}};
+    Cell c{bf16 ? "libtorch+bf16" : "libtorch", "cpu", std::stoll(json_field(line, "batch")), 0, {}};
     c.t.steps = std::stoll(json_field(line, "steps"));
     c.t.median_us = std::stod(json_field(line, "median_us"));
     c.t.min_us = std::stod(json_field(line, "min_us"));
@@ -176,10 +185,15 @@ int run(const Options& o) {
       if (device == "cuda" && (!cuda::is_available() || mode == "lazy")) continue;  // the lazy cell: cpu only
       if (!o.json) std::fprintf(stderr, "volt_bench: gpt %s %s batch %lld\n", mode.c_str(), device.c_str(), (long long)o.batch);
       cells.push_back(run_cell(mode, device, o));
+      if (o.amp.empty()) continue;
+      if (!o.json) std::fprintf(stderr, "volt_bench: gpt %s+%s %s batch %lld\n", mode.c_str(), o.amp.c_str(), device.c_str(), (long long)o.batch);
+      cells.push_back(run_cell(mode + "+" + o.amp, device, o));
     }
   if (!o.libtorch.empty()) {
     if (!o.json) std::fprintf(stderr, "volt_bench: running %s --model gpt\n", o.libtorch.c_str());
-    for (const Cell& c : run_libtorch(o)) cells.push_back(c);
+    for (const Cell& c : run_libtorch(o, false)) cells.push_back(c);
+    if (o.amp == "bf16")  // LibTorch's CPU autocast takes bf16 only
+      for (const Cell& c : run_libtorch(o, true)) cells.push_back(c);
   }
   if (o.json) {
     for (const Cell& c : cells)
@@ -191,14 +205,14 @@ int run(const Options& o) {
     return 0;
   }
   std::printf("GPT (vocab 256, block 128, 4 layers, 4 heads, width 128), AdamW, clipping; training step\n");
-  std::printf("%-9s %-5s %6s %7s %12s %12s %12s %10s\n", "mode", "dev", "batch", "steps", "median us", "min us",
+  std::printf("%-13s %-5s %6s %7s %12s %12s %12s %10s\n", "mode", "dev", "batch", "steps", "median us", "min us",
               "tokens/s", "/libtorch");
   const Cell* base = nullptr;
   for (const Cell& t : cells)
     if (t.mode == "libtorch") base = &t;
   for (const Cell& c : cells) {
     const double ratio = base && c.device == "cpu" ? c.tokens_per_s() / base->tokens_per_s() : std::nan("");
-    std::printf("%-9s %-5s %6lld %7lld %12.1f %12.1f %12.0f %10.2f\n", c.mode.c_str(), c.device.c_str(),
+    std::printf("%-13s %-5s %6lld %7lld %12.1f %12.1f %12.0f %10.2f\n", c.mode.c_str(), c.device.c_str(),
                 (long long)c.batch, (long long)c.t.steps, c.t.median_us, c.t.min_us, c.tokens_per_s(), ratio);
   }
   return 0;

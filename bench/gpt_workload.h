@@ -19,6 +19,7 @@ struct Options {
   int threads = 0;      // passed on to LibTorch (volt's are already set)
   bool json = false;
   std::string libtorch;  // the libtorch_bench binary, "" to skip the baseline
+  std::string amp;       // bf16 or f16: every mode again with autocast ("jit+bf16"), "" none
 };
 
 // Runs every mode on every device, then the baseline, and prints the table

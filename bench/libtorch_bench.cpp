@@ -5,6 +5,7 @@
 // volt_bench uses) and the same timing rule, on LibTorch's CPU backend.
 //
 //   libtorch_bench [--model mlp|cnn|gpt] [--batch 8,256] [--steps N] [--threads N] [--no-eval] [--json]
+//                  [--amp bf16]      # mlp, gpt: forward and loss under LibTorch's CPU autocast (bf16)
 //   libtorch_bench --model gpt --text brown.txt --train-steps 2000 [--eval-every 100]
 //
 // --model gpt: nanoGPT's GPT at volt's examples/gpt configuration
@@ -129,16 +130,17 @@ std::vector<Batch> synthetic_batches(int64_t batch, bool images) {
   return out;
 }
 
-void print_cell(bool json, const char* phase, int64_t batch, const Timing& t) {
+void print_cell(bool json, const char* phase, int64_t batch, const Timing& t, bool amp = false) {
   const double sps = 1e6 / t.median_us;
+  const char* mode = amp ? "libtorch+bf16" : "libtorch";
   if (json)
     std::printf(
-        "{\"mode\":\"libtorch\",\"device\":\"cpu\",\"phase\":\"%s\",\"batch\":%lld,\"steps\":%lld,"
+        "{\"mode\":\"%s\",\"device\":\"cpu\",\"phase\":\"%s\",\"batch\":%lld,\"steps\":%lld,"
         "\"median_us\":%.2f,\"min_us\":%.2f,\"steps_per_s\":%.2f,\"samples_per_s\":%.1f}\n",
-        phase, (long long)batch, (long long)t.steps, t.median_us, t.min_us, sps, sps * batch);
+        mode, phase, (long long)batch, (long long)t.steps, t.median_us, t.min_us, sps, sps * batch);
   else
-    std::printf("libtorch cpu %-5s batch %5lld: median %10.1f us, min %10.1f us, %9.1f steps/s, %10.0f samples/s\n",
-                phase, (long long)batch, t.median_us, t.min_us, sps, sps * batch);
+    std::printf("%s cpu %-5s batch %5lld: median %10.1f us, min %10.1f us, %9.1f steps/s, %10.0f samples/s\n",
+                mode, phase, (long long)batch, t.median_us, t.min_us, sps, sps * batch);
   std::fflush(stdout);
 }
 
@@ -147,7 +149,7 @@ void print_cell(bool json, const char* phase, int64_t batch, const Timing& t) {
 int main(int argc, char** argv) {
   std::vector<int64_t> batches = {8, 64, 256, 1024};
   int64_t steps = 0;
-  bool json = false, eval = true;
+  bool json = false, eval = true, amp = false;
   std::string model = "mlp", text;
   int64_t train_steps = 2000, eval_every = 100;
   bool batch_given = false;
@@ -176,13 +178,19 @@ int main(int argc, char** argv) {
       train_steps = std::stoll(argv[++i]);
     } else if (a == "--eval-every" && i + 1 < argc) {
       eval_every = std::max<int64_t>(1, std::stoll(argv[++i]));
+    } else if (a == "--amp" && i + 1 < argc) {
+      if (std::string(argv[++i]) != "bf16") {
+        std::fprintf(stderr, "libtorch_bench: --amp: LibTorch's CPU autocast takes bf16 only\n");
+        return 2;
+      }
+      amp = true;
     } else if (a == "--json") {
       json = true;
     } else if (a == "--no-eval") {
       eval = false;
     } else {
       std::fprintf(stderr, "usage: libtorch_bench [--model mlp|cnn|gpt] [--batch LIST] [--steps N] [--threads N] [--no-eval] "
-                           "[--json] [--text FILE --train-steps N --eval-every N]\n");
+                           "[--json] [--amp bf16] [--text FILE --train-steps N --eval-every N]\n");
       return 2;
     }
   }
@@ -191,6 +199,7 @@ int main(int argc, char** argv) {
                torch::get_num_threads());
   if (model == "gpt") {
     gpt::Config c;
+    c.amp_bf16 = amp;
     if (batch_given) c.batch = batches.front();
     try {
       return gpt::run(c, json, steps, text, train_steps, eval_every);
@@ -227,20 +236,25 @@ int main(int argc, char** argv) {
     size_t k = 0;
     auto train_step = [&] {
       const Batch& b = data[k++ % data.size()];
-      auto loss = torch::nn::functional::cross_entropy(net->forward(b.x), b.y);
+      torch::Tensor loss;
+      {
+        gpt::CpuAutocast mixed(amp);  // forward and loss; backward outside, as PyTorch advises
+        loss = torch::nn::functional::cross_entropy(net->forward(b.x), b.y);
+      }
       opt.zero_grad();
       loss.backward();
       opt.step();
     };
-    print_cell(json, "train", batch, time_steps(train_step, steps));
+    print_cell(json, "train", batch, time_steps(train_step, steps), amp);
     if (eval) {
       net->eval();
       torch::NoGradGuard guard;
       auto eval_step = [&] {
         const Batch& b = data[k++ % data.size()];
+        gpt::CpuAutocast mixed(amp);
         auto logits = net->forward(b.x);
       };
-      print_cell(json, "eval", batch, time_steps(eval_step, steps));
+      print_cell(json, "eval", batch, time_steps(eval_step, steps), amp);
     }
   }
   return 0;

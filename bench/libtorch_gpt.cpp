@@ -140,8 +140,12 @@ Trainer::Trainer(const Config& c) : c_(c) {
 double Trainer::step(const torch::Tensor& x, const torch::Tensor& y) {
   const double lr = lr_at(step_++, c_);
   for (auto& g : opt_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-  auto logits = forward_(x);
-  auto loss = torch::nn::functional::cross_entropy(logits.view({-1, c_.vocab}), y.view({-1}));
+  torch::Tensor loss;
+  {
+    CpuAutocast amp(c_.amp_bf16);  // forward and loss; backward outside, as PyTorch advises
+    auto logits = forward_(x);
+    loss = torch::nn::functional::cross_entropy(logits.view({-1, c_.vocab}), y.view({-1}));
+  }
   opt_->zero_grad();
   loss.backward();
   torch::nn::utils::clip_grad_norm_(module_->parameters(), 1.0);
@@ -194,10 +198,10 @@ int run(const Config& c, bool json, int64_t timed_steps, const std::string& text
   const bench::Timing timing = bench::time_steps(step, timed_steps);
   const double tokens = 1e6 / timing.median_us * double(c.batch * c.block);
   if (json)
-    std::printf("{\"model\":\"gpt\",\"mode\":\"libtorch\",\"device\":\"cpu\",\"phase\":\"train\",\"batch\":%lld,"
+    std::printf("{\"model\":\"gpt\",\"mode\":\"%s\",\"device\":\"cpu\",\"phase\":\"train\",\"batch\":%lld,"
                 "\"steps\":%lld,\"median_us\":%.2f,\"min_us\":%.2f,\"steps_per_s\":%.2f,\"tokens_per_s\":%.1f}\n",
-                (long long)c.batch, (long long)timing.steps, timing.median_us, timing.min_us, 1e6 / timing.median_us,
-                tokens);
+                c.amp_bf16 ? "libtorch+bf16" : "libtorch", (long long)c.batch, (long long)timing.steps,
+                timing.median_us, timing.min_us, 1e6 / timing.median_us, tokens);
   else
     std::printf("libtorch cpu gpt batch %lld x %lld: median %.1f us, %.0f tokens/s\n", (long long)c.batch,
                 (long long)c.block, timing.median_us, tokens);

@@ -1,5 +1,6 @@
 // libtorch_bench's GPT (bench/libtorch_gpt.cpp): nanoGPT's layout in LibTorch.
 #pragma once
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <functional>
@@ -14,6 +15,29 @@ struct Config {
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1;
   int64_t warmup = 100, decay_steps = 2000;
   uint64_t seed = 0;
+  bool amp_bf16 = false;  // forward and loss under LibTorch's CPU autocast to bf16
+};
+
+// LibTorch's CPU autocast to bf16 while it lives, as `with torch.autocast("cpu",
+// dtype=torch.bfloat16):` does (its cache of casts cleared on leaving); off: nothing.
+class CpuAutocast {
+ public:
+  explicit CpuAutocast(bool on) : on_(on), was_(at::autocast::is_cpu_enabled()) {
+    if (!on_) return;
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::increment_nesting();
+  }
+  ~CpuAutocast() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_cpu_enabled(was_);
+  }
+  CpuAutocast(const CpuAutocast&) = delete;
+  CpuAutocast& operator=(const CpuAutocast&) = delete;
+
+ private:
+  bool on_, was_;
 };
 
 // The model, AdamW over two parameter groups, the schedule and clipping.

@@ -31,6 +31,9 @@ const char* kUsage =
     "  --no-libtorch      do not run LibTorch\n"
     "  --pytorch PATH     also run bench/pytorch_bench.py (with $VOLT_PYTHON, default /usr/bin/python3)\n"
     "  --threads N        CPU threads for volt and LibTorch (default: OMP_NUM_THREADS or all cores)\n"
+    "  --amp TYPE         bf16 or f16: time every mlp/gpt cell again with autocast to TYPE (mode\n"
+    "                     \"jit+bf16\"; volt::AutocastGuard, StepOptions::autocast), and LibTorch's\n"
+    "                     CPU autocast for bf16\n"
     "  --busy             also run an eager cell with 1 and 2 threads while 2 busy processes compete\n"
     "  --epoch            with --data-dir: time a full epoch per mode and batch (the example's loop)\n"
     "  --json             print one JSON array instead of tables\n"
@@ -113,6 +116,9 @@ Options parse_args(int argc, char** argv) {
     } else if (arg == "--threads") {
       o.threads = int(to_int(arg, next()));
       if (o.threads < 1) usage_error("--threads must be >= 1");
+    } else if (arg == "--amp") {
+      o.amp = next();
+      if (o.amp != "bf16" && o.amp != "f16") usage_error("--amp: expected bf16 or f16, got '" + o.amp + "'");
     } else if (arg == "--busy") {
       o.busy = true;
     } else if (arg == "--epoch") {
@@ -142,6 +148,7 @@ Options parse_args(int argc, char** argv) {
     if (b < 1) usage_error("--batch: batch sizes must be >= 1");
   if (steps_given && o.steps < 1) usage_error("--steps must be >= 1");
   if (o.epoch && o.data_dir.empty()) usage_error("--epoch needs --data-dir");
+  if (!o.amp.empty() && o.model != "mlp" && o.model != "gpt") usage_error("--amp: for --model mlp or gpt");
   if (o.smoke) {
     if (!steps_given) o.steps = 2;
     if (o.warmup < 0) o.warmup = 1;

@@ -33,6 +33,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -53,10 +54,12 @@
 #include <volt/nn/loss.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
+#include <volt/tensor/autocast.h>
 #include <volt/tensor/backend.h>
 #include <volt/tensor/cpu/gemm.h>
 #include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/dispatch.h>
+#include <volt/tensor/factories.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 #include <volt/tensor/storage.h>
@@ -129,7 +132,11 @@ std::vector<Cell> run_cell(const std::string& mode, Device device, int64_t batch
                            const std::vector<Batch>& held, const Options& o, std::vector<Metric>& metrics) {
   auto net = make_model(device);
   net->train();
-  Runner r = make_runner(mode, net, device);
+  // "jit+bf16": the jit cell with autocast to bf16 (forward, loss and evaluation).
+  const std::string base = mode.substr(0, mode.find('+'));
+  std::optional<DType> amp;
+  if (base != mode) amp = mode.substr(base.size() + 1) == "f16" ? kF16 : kBF16;
+  Runner r = make_runner(base, net, device);
   std::vector<Batch> moved;
   if (r.model_device != device) {
     net->to(r.model_device);
@@ -140,6 +147,7 @@ std::vector<Cell> run_cell(const std::string& mode, Device device, int64_t batch
   nn::Adam opt(net->parameters(), {.lr = 1e-3});
   size_t k = 0;
   auto body = [&](const Tensor& x, const Tensor& y) {
+    AutocastGuard mixed(amp);
     Tensor loss = loss_fn(r.train(x), y);
     opt.zero_grad();
     loss.backward();
@@ -148,9 +156,9 @@ std::vector<Cell> run_cell(const std::string& mode, Device device, int64_t batch
   };
   // step: the same body, compiled once into one planned program.
   std::unique_ptr<jit::CompiledStep> compiled;
-  if (mode == "step")
+  if (base == "step")
     compiled = std::make_unique<jit::CompiledStep>(
-        jit::compile_step(body, {.state = {*net, opt}, .reuse_outputs = true}));
+        jit::compile_step(body, {.state = {*net, opt}, .reuse_outputs = true, .autocast = amp}));
   auto train_step = [&] {
     const Batch& b = batches[k++ % batches.size()];
     r.finish(compiled ? (*compiled)(b.x, b.y) : body(b.x, b.y));
@@ -223,6 +231,7 @@ std::vector<Cell> run_cell(const std::string& mode, Device device, int64_t batch
     NoGradGuard no_grad;
     auto eval_step = [&] {
       const Batch& b = batches[k++ % batches.size()];
+      AutocastGuard mixed(amp);
       r.finish(r.eval(b.x));
     };
     cells.push_back({mode, dev, "eval", batch, time_steps(eval_step, o.steps, o.warmup)});
@@ -294,10 +303,10 @@ const Cell* find_cell(const std::vector<Cell>& cells, const std::string& mode, c
 }
 
 void print_tables(const std::vector<Cell>& cells, const std::vector<Metric>& metrics, const Options& o) {
-  std::printf("%-9s %-6s %-6s %6s %7s %12s %12s %11s %13s\n", "mode", "device", "phase", "batch", "steps",
+  std::printf("%-13s %-6s %-6s %6s %7s %12s %12s %11s %13s\n", "mode", "device", "phase", "batch", "steps",
               "median us", "min us", "steps/s", "samples/s");
   for (const Cell& c : cells)
-    std::printf("%-9s %-6s %-6s %6lld %7lld %12.1f %12.1f %11.1f %13.0f\n", c.mode.c_str(), c.device.c_str(),
+    std::printf("%-13s %-6s %-6s %6lld %7lld %12.1f %12.1f %11.1f %13.0f\n", c.mode.c_str(), c.device.c_str(),
                 c.phase.c_str(), (long long)c.batch, (long long)c.t.steps, c.t.median_us, c.t.min_us,
                 c.steps_per_s(), c.samples_per_s());
 
@@ -388,6 +397,7 @@ int run_gpt(const Options& o) {
   g.warmup = o.warmup;
   g.threads = cpu::num_threads();
   g.json = o.json;
+  g.amp = o.amp;
   if (!o.no_libtorch) {
     std::string path = o.libtorch;
     if (path.empty()) path = (std::filesystem::path(self_path()).parent_path() / "libtorch_bench").string();
@@ -441,6 +451,10 @@ int main(int argc, char** argv) {
           if (!o.json) std::fprintf(stderr, "volt_bench: %s %s batch %lld\n", mode.c_str(),
                                     device.str().c_str(), (long long)batch);
           for (Cell& c : run_cell(mode, device, batch, batches, o, metrics)) cells.push_back(c);
+          if (o.amp.empty()) continue;
+          if (!o.json) std::fprintf(stderr, "volt_bench: %s+%s %s batch %lld\n", mode.c_str(), o.amp.c_str(),
+                                    device.str().c_str(), (long long)batch);
+          for (Cell& c : run_cell(mode + "+" + o.amp, device, batch, batches, o, metrics)) cells.push_back(c);
         }
       }
 
@@ -455,6 +469,9 @@ int main(int argc, char** argv) {
         if (!o.eval) cmd += " --no-eval";
         cmd += " --threads " + std::to_string(cpu::num_threads());
         for (Cell& c : run_baseline(cmd, o)) cells.push_back(c);
+        // LibTorch's CPU autocast (at::autocast::set_cpu_enabled) takes bf16 only.
+        if (o.amp == "bf16")
+          for (Cell& c : run_baseline(cmd + " --amp bf16", o)) cells.push_back(c);
       } else if (!o.libtorch.empty()) {
         usage_error("--libtorch: cannot run " + o.libtorch);
       }

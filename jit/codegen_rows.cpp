@@ -41,7 +41,9 @@ bool is_row_reduction(const BoundSymbol& p) {
   if (op != OpId::sum && op != OpId::amax && op != OpId::amin) return false;
   if (p.call.args.empty() || !p.call.args[0].is_tensor) return false;
   const Tensor& in = p.call.args[0].tensor;
-  if (!in.defined() || in.dim() == 0 || !is_floating(in.dtype()) || in.sizes().back() < 1) return false;
+  // bf16/f16 reductions run eagerly (computing in f32): row kernels do not take 16-bit types yet.
+  if (!in.defined() || in.dim() == 0 || !is_floating(in.dtype()) || is_half(in.dtype()) || in.sizes().back() < 1)
+    return false;
   const auto& dims = p.call.attrs.ints;
   // keepdim: the result is S with its innermost dim 1, which broadcasts back per row.
   return p.call.attrs.flag && dims.size() == 1 && dims[0] == in.dim() - 1 && p.outputs.size() == 1 &&

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include <volt/autograd/node.h>
+#include <volt/jit/autocast.h>
 #include <volt/jit/check.h>
 #include <volt/jit/codegen.h>
 #include <volt/jit/events.h>
@@ -17,6 +18,7 @@
 #include <volt/jit/passes.h>
 #include <volt/jit/pipeline.h>
 #include <volt/jit/tracer.h>
+#include <volt/tensor/autocast.h>
 #include <volt/tensor/log.h>
 #include <volt/tensor/ops.h>
 
@@ -48,6 +50,18 @@ JitFunction JitFunction::transformed(CallTransform t) const {
   return f;
 }
 
+JitFunction JitFunction::with_autocast(DType low) const {
+  JitOptions o = options_;
+  o.autocast = low;
+  JitFunction f(fn_, input_names_, captured_, captured_names_, training_, std::move(o));
+  f.transform_ = transform_;
+  return f;
+}
+
+std::optional<DType> JitFunction::autocast_now() const {
+  return options_.autocast ? options_.autocast : autocast_dtype();
+}
+
 // Everything a trace depends on besides values: metadata of every input and
 // parameter (contiguous or not, since an executor's checker may ask), the
 // training flag, grad mode, the executors.
@@ -62,7 +76,9 @@ std::string JitFunction::key_for(const std::vector<Tensor>& args, size_t n_prima
   for (size_t i = 0; i < captured_.size(); ++i)
     add(i < captured_names_.size() ? captured_names_[i] : "param" + std::to_string(i), captured_[i]);
   if (transform_ == CallTransform::Vjp) os << "primals=" << n_primals << ";";
-  os << "training=" << (training_ ? training_() : false) << ";grad_mode=" << grad_enabled() << ";executors=";
+  os << "training=" << (training_ ? training_() : false) << ";grad_mode=" << grad_enabled() << ";";
+  if (std::optional<DType> low = autocast_now()) os << "autocast=" << dtype_name(*low) << ";";
+  os << "executors=";
   for (const Executor* e : executors_) os << e->name() << ",";
   return os.str();
 }
@@ -86,6 +102,8 @@ uint64_t JitFunction::hash_for(const std::vector<Tensor>& args, size_t n_primals
   mix(training_ ? training_() : false);
   mix(grad_enabled());
   mix(n_primals);
+  std::optional<DType> low = autocast_now();
+  mix(low ? 1 + static_cast<uint64_t>(*low) : 0);
   // The executors are fixed per JitFunction.
   return hash_bytes(fields.data(), fields.size() * sizeof(uint64_t));
 }
@@ -121,7 +139,8 @@ bool JitFunction::guards_hold(const Entry& e, const std::vector<Tensor>& inputs,
 }
 
 
-std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tensor>& args, size_t n_primals) {
+std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tensor>& args, size_t n_primals,
+                                                         std::optional<DType> low) {
   auto t0 = Clock::now();
   Fn traced = fn_;
   std::vector<std::string> input_names = input_names_;
@@ -142,6 +161,10 @@ std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tenso
   e->guards = tr.trace.guards;
   e->traces.push_back(tr.trace);
   e->traces.push_back(dce_cse_pass(e->traces.back()));
+  if (low) {  // before the grad pass, which then differentiates the casts
+    e->traces.push_back(autocast_pass(e->traces.back(), *e->names, *low));
+    e->traces.push_back(dce_cse_pass(e->traces.back()));
+  }
   // The rewrites of prims before the grad pass: a fused prim's VJP reads its output.
   run_stage(PassStage::Prims, e->traces, options_.pipeline);
   e->num_outputs = e->traces.back().outputs.size();
@@ -272,6 +295,9 @@ std::vector<Tensor> JitFunction::call(const std::vector<Tensor>& args, size_t n_
   const bool caching = options_.cache != CacheMode::None;
   const uint64_t hash = hash_for(args, n_primals);
   const std::string key = key_for(args, n_primals);
+  const std::optional<DType> low = autocast_now();
+  // The trace has its casts (or none): the ops it runs are not cast again.
+  AutocastGuard as_traced(std::nullopt);
   std::string guard_failure;
   std::shared_ptr<Entry> entry = caching ? lookup(hash, key, inputs, &guard_failure) : nullptr;
   if (!entry) {
@@ -294,7 +320,7 @@ std::vector<Tensor> JitFunction::call(const std::vector<Tensor>& args, size_t n_
         std::cerr << "volt.jit: warning: this function was compiled 9 times; inputs whose shapes, "
                      "dtypes or requires_grad keep changing defeat the cache (last change: "
                   << reason << ")\n";
-      entry = compile(args, n_primals);
+      entry = compile(args, n_primals, low);
       entry->key = key;
       entry->reason = reason;
       entry->compile = misses;

@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -61,6 +62,10 @@ struct JitOptions {
   PipelineOptions pipeline{};
   // What reports call the function (jit(module) sets the module's type name).
   std::string name;
+  // Mixed precision: the autocast transform to bf16 or f16 (jit/autocast.h).
+  // Unset, a call made under an AutocastGuard (tensor/autocast.h) takes the
+  // guard's type; either way the type is part of the cache key.
+  std::optional<DType> autocast;
 };
 
 // What a call returns: the function's outputs, or (grad transforms) the
@@ -77,6 +82,8 @@ class JitFunction {
 
   // The same function under a grad transform (see grad() below); a fresh cache.
   JitFunction transformed(CallTransform t) const;
+  // The same function under the autocast transform to `low` (jit/autocast.h); a fresh cache.
+  JitFunction with_autocast(DType low) const;
 
   std::vector<Tensor> operator()(const std::vector<Tensor>& args);
   // One tensor in, the first output out: f(x). A template, so that braces,
@@ -142,7 +149,10 @@ class JitFunction {
   std::vector<Tensor> run_with_grad(const std::shared_ptr<Entry>& e, const std::vector<Tensor>& inputs);
   std::string key_for(const std::vector<Tensor>& args, size_t n_primals) const;  // readable, for miss reasons
   uint64_t hash_for(const std::vector<Tensor>& args, size_t n_primals) const;     // the same fields, hashed
-  std::shared_ptr<Entry> compile(const std::vector<Tensor>& args, size_t n_primals);
+  // low: the autocast type, if any (jit/autocast.h).
+  std::shared_ptr<Entry> compile(const std::vector<Tensor>& args, size_t n_primals, std::optional<DType> low);
+  // The autocast type a call made now gets: the options', else the thread's AutocastGuard's.
+  std::optional<DType> autocast_now() const;
   // The first entry of this key whose guards hold, or null; locks state_->mutex itself.
   std::shared_ptr<Entry> lookup(uint64_t hash, const std::string& key, const std::vector<Tensor>& inputs,
                                 std::string* guard_failure);

@@ -128,7 +128,10 @@ std::vector<Tensor> decompose(const OpCall& call) {
     case OpId::dropout: {
       // Keep with probability 1-p, scale the kept values by 1/(1-p).
       double keep = 1.0 - at.a;
-      Tensor u = uniform(a.sizes(), 0.0, 1.0, a.dtype(), a.device());
+      // bf16/f16 draw in f32, as eager mode does (it decomposes them on f32
+      // copies, tensor/dispatch.cpp): the same mask, and a traced dropout of
+      // a bf16 value (autocast's ReLU output) fuses like any other.
+      Tensor u = uniform(a.sizes(), 0.0, 1.0, is_half(a.dtype()) ? DType::f32 : a.dtype(), a.device());
       Tensor mask = lt(u, keep);
       Tensor m = convert_element_type(mask, a.dtype());
       // p == 1 drops everything: scale by 0 rather than 1/0.

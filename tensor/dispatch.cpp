@@ -5,6 +5,7 @@
 #include <optional>
 
 #include <volt/tensor/attention.h>
+#include <volt/tensor/autocast.h>
 #include <volt/tensor/backend.h>
 #include <volt/tensor/custom_op.h>
 
@@ -74,9 +75,20 @@ void register_backend_provider(DeviceType type, BackendProvider fn) {
   providers()[static_cast<size_t>(type)].fn = fn;
 }
 
-std::vector<Tensor> dispatch(OpCall call) {
+static std::vector<Tensor> dispatch_now(OpCall& call) {
   if (DispatchMode* m = g_mode) return m->run(call);
   return run_eager(call);
+}
+
+// Autocast (tensor/autocast.h) acts here, before any mode, so eager mode, the
+// lazy device and a compiled step's tracer all see the same casts.
+std::vector<Tensor> dispatch(OpCall call) {
+  if (std::optional<DType> low = autocast_dtype(); low && autocast_arguments(call, *low)) {
+    if (autocast_reaches_inside(call.op)) return dispatch_now(call);
+    AutocastGuard inside(std::nullopt);  // its decomposition is not cast again
+    return dispatch_now(call);
+  }
+  return dispatch_now(call);
 }
 
 Tensor dispatch1(OpCall call) { return dispatch(std::move(call)).at(0); }
@@ -250,6 +262,9 @@ static Tensor converted(const Tensor& t, DType dtype) {
 }
 
 static std::vector<Tensor> decompose_in_f32(const OpCall& call, DType half) {
+  // How this composite computes, not a call of the user's: autocast would cast
+  // attention's f32 copies back to `half` and land here again.
+  AutocastGuard as_kernel(std::nullopt);
   OpCall wide = call;
   for (Value& v : wide.args)
     if (v.is_tensor && v.tensor.defined() && is_half(v.tensor.dtype())) v.tensor = converted(v.tensor, DType::f32);

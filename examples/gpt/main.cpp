@@ -8,6 +8,7 @@
 //   gpt --device lazy                   # recorded on the lazy device, one graph per step
 //   gpt --steps 200 --sample 500 --temperature 0.8 --top-k 40
 //   gpt --n-layer 2 --n-embd 64 --block-size 64   # a smaller model (nanoGPT's config names)
+//   gpt --amp bf16                      # mixed precision: GEMMs and attention in bf16, the rest in f32
 //   gpt --log-json run.jsonl --plot curves.svg --save ckpt   # what a run leaves behind
 //   gpt --save ckpt --save-every 500    # a checkpoint every 500 steps and at the end
 //   gpt --resume ckpt                   # goes on from it, drawing the batches it would have drawn
@@ -24,6 +25,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,13 +37,16 @@
 #include <volt/jit/lazy/lazy.h>
 #include <volt/jit/step/step.h>
 #include <volt/nn/adamw.h>
+#include <volt/nn/amp.h>
 #include <volt/nn/checkpoint.h>
 #include <volt/nn/clip_grad.h>
 #include <volt/nn/gpt.h>
 #include <volt/nn/lr_schedule.h>
 #include <volt/nn/parallel/ddp.h>
 #include <volt/nn/serialize.h>
+#include <volt/tensor/autocast.h>
 #include <volt/tensor/backend.h>
+#include <volt/tensor/factories.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 
@@ -65,6 +70,7 @@ struct Options {
   bool step = false;
   bool distributed = false;  // under mpirun: each rank its own windows, gradients averaged
   int64_t save_every = 0;    // 0: a checkpoint at the end only
+  std::optional<DType> amp;  // --amp: autocast to bf16 or f16
   std::string log_json, plot, save, resume, prompt = "The ";
   nn::GPTConfig model;  // vocab 256, block 128, 4 layers, 4 heads, width 128, dropout 0
 };
@@ -105,6 +111,11 @@ Options parse_args(int argc, char** argv) {
                  "keep a checkpoint in DIR at the end: model.safetensors (nanoGPT's names), the optimizer, the position");
   app.add_option("--save-every", o.save_every, "with --save: a checkpoint every N steps too")->check(positive);
   app.add_option("--resume", o.resume, "go on from the checkpoint in DIR (the same flags as the run that saved it)");
+  std::string amp;
+  app.add_option("--amp", amp,
+                 "mixed precision (default off): bf16 or f16. Linear layers and attention run in that type, "
+                 "LayerNorm, softmax, the loss and AdamW in f32 on f32 weights (volt::AutocastGuard); f16 adds "
+                 "dynamic loss scaling (volt::amp::GradScaler)");
   app.add_flag("--distributed", o.distributed,
                "data-parallel under mpirun: each rank trains on its own windows, gradients averaged over ranks");
   try {
@@ -115,6 +126,12 @@ Options parse_args(int argc, char** argv) {
   if (eager && app.count("--jit")) usage_error("--eager and --jit exclude each other");
   if (o.prompt.empty()) usage_error("--prompt must not be empty");
   if (o.save_every > 0 && o.save.empty()) usage_error("--save-every needs --save DIR");
+  if (amp == "bf16") o.amp = kBF16;
+  else if (amp == "f16") o.amp = kF16;
+  else if (app.count("--amp")) usage_error("--amp: expected bf16 or f16, got '" + amp + "'");
+  if (o.amp == kF16 && jit_kind == "step" && !eager)
+    usage_error("--amp f16 needs loss scaling, whose skipped steps a compiled step cannot take; use --amp bf16 "
+                "with --jit step");
   o.jit = !eager;
   o.step = o.jit && jit_kind == "step";
   return o;
@@ -158,8 +175,10 @@ std::shared_ptr<jit::JitFunction> jit_loss(const std::shared_ptr<nn::GPT>& gpt) 
 }
 
 // The mean loss over the fixed validation batches, in eval mode without gradients.
-double val_loss(nn::GPT& gpt, const LossFn& loss_of, const std::vector<data::TextBatch>& val, Device device) {
+double val_loss(nn::GPT& gpt, const LossFn& loss_of, const std::vector<data::TextBatch>& val, Device device,
+                std::optional<DType> amp) {
   NoGradGuard no_grad;
+  AutocastGuard mixed(amp);
   gpt.eval();
   double total = 0;
   for (const auto& b : val) {
@@ -172,8 +191,9 @@ double val_loss(nn::GPT& gpt, const LossFn& loss_of, const std::vector<data::Tex
 }
 
 // The first block's forward, jitted on its own: attention as prims, what fused.
-void print_block_trace(nn::GPT& gpt, Device device) {
+void print_block_trace(nn::GPT& gpt, Device device, std::optional<DType> amp) {
   NoGradGuard no_grad;
+  AutocastGuard mixed(amp);  // the jit takes the guard's type: the trace shows the casts
   gpt.eval();
   auto block = gpt.blocks()->at<nn::Block>(0);
   jit::JitFunction jitted = jit::jit(block);
@@ -191,6 +211,7 @@ struct Trainer {
   LossFn loss_of;  // the model: eager or jitted
   nn::AdamW opt;
   nn::WarmupCosineLR schedule;
+  amp::GradScaler scaler;  // enabled for --amp f16 only
   std::unique_ptr<jit::CompiledStep> compiled;
   int64_t start = 0;  // steps taken before this run (--resume)
   bool lead = true;   // the rank that evaluates, prints and saves
@@ -199,22 +220,26 @@ struct Trainer {
       : o(options), gpt(model), device(d), loss_of(std::move(loss)),
         opt(nn::weight_decay_groups(model.parameters(), 0.1), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95}),
         schedule({.max_lr = 1e-3, .min_lr = 1e-4, .warmup = 100, .decay_steps = std::max<int64_t>(options.steps, 101)}),
-        lead(lead_rank) {
+        scaler({.enabled = options.amp == kF16}), lead(lead_rank) {
     if (!o.resume.empty()) {  // before the step is compiled, so it starts from the loaded state
       start = nn::load_checkpoint(o.resume, gpt, opt).step;
       std::printf("resumed from %s: after step %lld\n", o.resume.c_str(), (long long)start);
     }
     if (o.step)
       compiled = std::make_unique<jit::CompiledStep>(jit::compile_step(
-          [this](const Tensor& x, const Tensor& y) { return body(x, y); }, {.state = {gpt, opt}}));
+          [this](const Tensor& x, const Tensor& y) { return body(x, y); }, {.state = {gpt, opt}, .autocast = o.amp}));
   }
 
   Tensor body(const Tensor& x, const Tensor& y) {
+    // The jitted loss takes the guard's type too (it is part of its cache key).
+    AutocastGuard mixed(o.amp);
     Tensor loss = loss_of(x, y);
     opt.zero_grad();
-    loss.backward();
+    scaler.scale(loss).backward();
+    scaler.unscale(opt);  // the norm is the true gradients' (a no-op unless f16)
     nn::utils::clip_grad_norm_(gpt.parameters(), 1.0);
-    opt.step();
+    scaler.step(opt);  // skipped when a gradient overflowed
+    scaler.update();
     return loss;
   }
 
@@ -242,7 +267,7 @@ bool train(Trainer& t, data::TextWindows& train_set, const std::vector<data::Tex
   // Every rank's batch: the tokens of one step of the whole run.
   const double tokens_per_step = double(o.batch_size * t.gpt.config().block_size * (o.distributed ? dist::world_size() : 1));
   train_set.skip(t.start, o.batch_size);  // the batches the steps before the checkpoint drew
-  double v = t.lead ? val_loss(t.gpt, eval_loss, val, t.device) : 0.0;
+  double v = t.lead ? val_loss(t.gpt, eval_loss, val, t.device, o.amp) : 0.0;
   std::printf("step %lld: val loss %.4f\n", (long long)t.start, v);
   log.write({{"step", t.start}, {"val_loss", v}});
   curves.accuracy.push_back({double(t.start), v});
@@ -264,7 +289,7 @@ bool train(Trainer& t, data::TextWindows& train_set, const std::vector<data::Tex
       std::printf("loss became %f at step %lld; stopping\n", train_loss, (long long)i);
       return false;
     }
-    if (t.lead) v = val_loss(t.gpt, eval_loss, val, t.device);
+    if (t.lead) v = val_loss(t.gpt, eval_loss, val, t.device, o.amp);
     const double rate = since * tokens_per_step / std::max(seconds, 1e-9);
     std::printf("step %lld: train loss %.4f, val loss %.4f, lr %.2e, %.0f tokens/s\n", (long long)i, train_loss, v,
                 t.opt.lr(), rate);
@@ -346,6 +371,7 @@ int main(int argc, char** argv) {
                   ddp->buckets().size(), dist::backend_name(device).c_str());
     }
     std::cout << *gpt << "\n";
+    if (o.amp) std::printf("mixed precision: autocast to %s%s\n", dtype_name(*o.amp), o.amp == kF16 ? ", dynamic loss scaling" : "");
     std::printf("device %s, mode %s, %lld parameters (%.2f M), %lld training bytes, %lld validation bytes\n",
                 device.str().c_str(), o.step ? "compiled step" : o.jit ? "module jit" : "eager",
                 (long long)gpt->num_parameters(), gpt->num_parameters() / 1e6, (long long)train_set.size(),
@@ -355,7 +381,7 @@ int main(int argc, char** argv) {
     LossFn loss_of = eager_loss;
     auto jitted = jit_loss(gpt);
     if (o.jit && device != kLazy) loss_of = [jitted](const Tensor& x, const Tensor& y) { return (*jitted)({x, y}).at(0); };
-    if (o.jit && device != kLazy) print_block_trace(*gpt, device);
+    if (o.jit && device != kLazy) print_block_trace(*gpt, device, o.amp);
 
     examples::JsonLog log;
     if (!o.log_json.empty()) log = examples::JsonLog(o.log_json);

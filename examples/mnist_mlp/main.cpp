@@ -5,6 +5,7 @@
 //   mnist_mlp --eager              # the same without the jit
 //   mnist_mlp --jit step           # the whole training step compiled (volt::jit::compile_step)
 //   mnist_mlp --limit-steps 500    # a quick run
+//   mnist_mlp --amp bf16           # mixed precision: GEMMs in bf16, loss and Adam in f32 (f16: with loss scaling)
 //   mnist_mlp --log-json run.jsonl --plot curves.svg --save ckpt   # what a run leaves behind
 //   mnist_mlp --resume ckpt        # goes on from a checkpoint, exactly as if never stopped
 //   mpirun -np 2 mnist_mlp --distributed   # data-parallel: each rank a batch, global batch 2 x 8
@@ -21,11 +22,13 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "common/training_log.h"
+#include <volt/jit/autocast.h>
 #include <volt/jit/jit.h>
 #include <volt/jit/step/step.h>
 
@@ -33,12 +36,15 @@
 #include <volt/data/dataset.h>
 #include <volt/data/sampler.h>
 #include <volt/nn/checkpoint.h>
+#include <volt/nn/amp.h>
 #include <volt/nn/loss.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
 #include <volt/nn/parallel/ddp.h>
 #include <volt/data/distributed_sampler.h>
+#include <volt/tensor/autocast.h>
 #include <volt/tensor/backend.h>
+#include <volt/tensor/factories.h>
 #include <volt/tensor/dispatch.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
@@ -60,6 +66,7 @@ struct Options {
   bool jit = true;
   bool step = false;  // --jit step: compile the whole training step
   bool distributed = false;  // under mpirun: one shard and one batch per rank, gradients averaged
+  std::optional<DType> amp;  // --amp: autocast to bf16 or f16
   std::string log_json, plot, save, resume;
 };
 
@@ -91,6 +98,11 @@ Options parse_args(int argc, char** argv) {
   app.add_option("--plot", o.plot, "draw the loss and accuracy curves into FILE.svg");
   app.add_option("--save", o.save, "keep a checkpoint in DIR at the end of every epoch");
   app.add_option("--resume", o.resume, "go on from the checkpoint in DIR");
+  std::string amp;
+  app.add_option("--amp", amp,
+                 "mixed precision (default off): bf16 or f16. The GEMMs run in that type, softmax, the loss and "
+                 "Adam in f32 on f32 weights (volt::AutocastGuard, volt::jit::autocast); f16 adds dynamic loss "
+                 "scaling (volt::amp::GradScaler)");
   app.add_flag("--distributed", o.distributed,
                "data-parallel training under mpirun: each rank trains on its share of every epoch with "
                "--batch-size, so the global batch is ranks x batch size; rank 0 alone prints, evaluates and saves");
@@ -102,6 +114,12 @@ Options parse_args(int argc, char** argv) {
   o.jit = !eager;
   o.step = o.jit && jit_kind == "step";
   if (eager && app.count("--jit")) usage_error("--eager and --jit exclude each other");
+  if (amp == "bf16") o.amp = kBF16;
+  else if (amp == "f16") o.amp = kF16;
+  else if (app.count("--amp")) usage_error("--amp: expected bf16 or f16, got '" + amp + "'");
+  if (o.amp == kF16 && o.step)
+    usage_error("--amp f16 needs loss scaling, whose skipped steps a compiled step cannot take; use --amp bf16 "
+                "with --jit step");
   return o;
 }
 
@@ -131,8 +149,9 @@ struct Record {
 };
 
 // Returns the accuracy in %, with a progress line while it runs.
-double evaluate(const ModelFn& model, data::DataLoader& loader, Device device) {
+double evaluate(const ModelFn& model, data::DataLoader& loader, Device device, std::optional<DType> amp) {
   NoGradGuard no_grad;
+  AutocastGuard mixed(amp);
   examples::Progress progress("eval", loader.size());
   int64_t correct = 0, total = 0, batches = 0;
   for (const auto& [x, y] : loader) {
@@ -170,15 +189,21 @@ bool train(const ModelFn& model, nn::Module& net, data::DataLoader& loader, cons
     std::printf("resumed from %s: epoch %lld, after step %lld\n", o.resume.c_str(), (long long)start.epoch,
                 (long long)start.step);
   }
+  // f16's narrow range needs the loss scaled (bf16 has f32's exponents).
+  amp::GradScaler scaler({.enabled = o.amp == kF16});
   auto body = [&](const Tensor& x, const Tensor& y) {
+    AutocastGuard mixed(o.amp);  // the eager loss on the jitted logits too; none without --amp
     Tensor loss = loss_fn(model(x), y);
     optimizer.zero_grad();
-    loss.backward();
-    optimizer.step();
+    scaler.scale(loss).backward();
+    scaler.step(optimizer);  // skipped when a gradient overflowed
+    scaler.update();
     return loss;
   };
   std::unique_ptr<jit::CompiledStep> compiled;
-  if (o.step) compiled = std::make_unique<jit::CompiledStep>(jit::compile_step(body, {.state = {net, optimizer}}));
+  if (o.step)
+    compiled = std::make_unique<jit::CompiledStep>(
+        jit::compile_step(body, {.state = {net, optimizer}, .autocast = o.amp}));
   auto* sampler = dynamic_cast<data::RandomSampler*>(&loader.sampler());
   auto* shard = dynamic_cast<dist::DistributedSampler*>(&loader.sampler());
   const bool lead = !o.distributed || dist::rank() == 0;
@@ -284,6 +309,7 @@ int main(int argc, char** argv) {
                   (long long)(dist::DDPOptions{}.bucket_bytes >> 20), dist::backend_name(device).c_str());
     }
     std::cout << *net << "\n";
+    if (o.amp) std::printf("mixed precision: autocast to %s%s\n", dtype_name(*o.amp), o.amp == kF16 ? ", dynamic loss scaling" : "");
     std::printf("device %s, %lld parameters, %lld training samples, %lld test samples\n",
                 device.str().c_str(), (long long)net->num_parameters(),
                 (long long)train_set.size(), (long long)test_set.size());
@@ -292,22 +318,23 @@ int main(int argc, char** argv) {
     ModelFn eager_model = [&](const Tensor& x) { return (*net)(x); };
     ModelFn eval_model = eager_model, train_model = eager_model;
     // The jitted callables share the module's parameters: training one trains `net`.
-    auto jitted_eval = std::make_shared<jit::JitFunction>(jit::jit(net));
-    auto jitted_train = std::make_shared<jit::JitFunction>(jit::jit(net));
+    // With --amp, the autocast transform is one of their passes (it prints its trace).
+    auto jitted_eval = std::make_shared<jit::JitFunction>(o.amp ? jit::autocast(jit::jit(net), *o.amp) : jit::jit(net));
+    auto jitted_train = std::make_shared<jit::JitFunction>(o.amp ? jit::autocast(jit::jit(net), *o.amp) : jit::jit(net));
     if (o.jit) {
       eval_model = [jitted_eval](const Tensor& x) { return (*jitted_eval)(x); };
       train_model = [jitted_train](const Tensor& x) { return (*jitted_train)(x); };
     }
 
     net->eval().requires_grad_(false);
-    if (rank == 0) evaluate(eval_model, test_loader, device);
+    if (rank == 0) evaluate(eval_model, test_loader, device, o.amp);
 
     Record record;
     if (!o.log_json.empty() && rank == 0) record.log = examples::JsonLog(o.log_json);
     // Each epoch ends with an evaluation (the last one is the seed's final one).
     auto after_epoch = [&] {
       net->eval().requires_grad_(false);
-      const double accuracy = evaluate(eval_model, test_loader, device);
+      const double accuracy = evaluate(eval_model, test_loader, device, o.amp);
       net->train().requires_grad_(true);
       return accuracy;
     };
@@ -320,7 +347,7 @@ int main(int argc, char** argv) {
     if (rank != 0) return finished ? 0 : 1;
     if (record.curves.accuracy.empty()) {  // no epoch was left to train (--epochs 0, or resumed at the end)
       std::printf("no training epoch left to run\n");
-      evaluate(eval_model, test_loader, device);
+      evaluate(eval_model, test_loader, device, o.amp);
     }
     if (!o.plot.empty()) {
       examples::write_svg(record.curves, o.plot);
@@ -329,7 +356,7 @@ int main(int argc, char** argv) {
     if (!o.jit) return finished ? 0 : 1;
 
     std::cout << "The plain module shares the parameters, so it scores the same:\n";
-    evaluate(eager_model, test_loader, device);
+    evaluate(eager_model, test_loader, device, o.amp);
     if (o.step) {
       if (step_report.empty()) return finished ? 0 : 1;
       std::cout << step_report << "\nThis is the trace volt executed for eval's computation:\n"

@@ -13,6 +13,7 @@
 #include <volt/jit/passes.h>
 #include <volt/jit/pipeline.h>
 #include <volt/jit/tracer.h>
+#include <volt/tensor/autocast.h>
 #include <volt/tensor/log.h>
 
 namespace volt::lazy::detail {
@@ -164,6 +165,7 @@ Graph build_graph(std::vector<ValuePtr> roots) {
 // attention) or opens it into these.
 std::vector<jit::BoundSymbol> decomposition_of(const jit::BoundSymbol& b, jit::ProxyNames& names) {
   std::vector<Tensor> results;
+  AutocastGuard as_recorded(std::nullopt);  // the node's types were fixed when it was recorded
   std::vector<jit::BoundSymbol> made = jit::record(names, [&] { results = decompose(b.call); }, /*flatten=*/false);
   std::unordered_map<int64_t, Tensor> rename;
   for (size_t i = 0; i < b.outputs.size(); ++i) rename[jit::id_of(results.at(i))] = b.outputs[i];
@@ -228,6 +230,7 @@ jit::Trace lower(const Graph& g, const std::shared_ptr<jit::ProxyNames>& names) 
 // kernels, then delete-last-used.
 std::shared_ptr<Entry> compile(const Graph& g) {
   auto t0 = Clock::now();
+  AutocastGuard as_recorded(std::nullopt);  // the graph holds its casts (tensor/autocast.h)
   auto e = std::make_shared<Entry>();
   e->key = g.key;
   e->names = std::make_shared<jit::ProxyNames>();

@@ -183,7 +183,11 @@ std::vector<Tensor> record(const OpCall& call) {
       o.scalar = v.scalar;
       // A comparison with zero, or a select of zero, keeps its zero in the
       // graph (a ReLU's mask and select: jit/rewrites/conv_relu.h reads them).
-      o.runtime = lift && !(v.scalar.value == 0.0 && (call.op == OpId::gt || call.op == OpId::le || call.op == OpId::where));
+      // A bf16/f16 op keeps its scalars too: as a run-time input of its
+      // type the scalar would be rounded to 16 bits, which eager mode (and a
+      // literal, computed on in float) does not do.
+      o.runtime = lift && !is_half(cd) &&
+                  !(v.scalar.value == 0.0 && (call.op == OpId::gt || call.op == OpId::le || call.op == OpId::where));
       o.runtime_dtype = op_info(call.op).kind == OpKind::Ternary && i == 0 ? DType::b8 : cd;
     } else if (v.tensor.defined()) {
       o.kind = Operand::Value;

@@ -4,6 +4,7 @@
 
 #include <volt/jit/interpreter.h>
 #include <volt/jit/lazy/internal.h>
+#include <volt/tensor/autocast.h>
 #include <volt/tensor/backend.h>
 
 namespace volt::lazy::detail {
@@ -103,6 +104,7 @@ void run_graph(std::vector<ValuePtr> values, Reason why) {
     in.reserve(inputs.size());
     for (const detail::Input& i : inputs) in.push_back(detail::resolve(i));  // an earlier run's error passes on
     NoGradGuard no_grad;
+    AutocastGuard as_recorded(std::nullopt);  // the graph holds its casts
     auto go = [&] { return planned ? run_planned(*e, in, rng, donate, handles) : jit::interpret(e->traces.back(), in, &rng); };
     if (!async) return go();
     try {

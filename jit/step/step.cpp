@@ -14,6 +14,7 @@
 #include <volt/jit/passes.h>
 #include <volt/jit/step/step_trace.h>
 #include <volt/jit/tracer.h>
+#include <volt/tensor/autocast.h>
 #include <volt/tensor/log.h>
 #ifdef VOLT_WITH_CUDA
 #include <volt/jit/cuda/step_graph.h>
@@ -50,6 +51,7 @@ struct CompiledStep::Entry {
 
 CompiledStep::CompiledStep(Fn fn, StepOptions options) : fn_(std::move(fn)), options_(std::move(options)) {
   VOLT_CHECK(options_.max_cached_shapes >= 1, "compile_step", "max_cached_shapes must be at least 1");
+  if (options_.autocast) check_autocast_dtype(*options_.autocast, "compile_step");
   std::unordered_set<const TensorImpl*> seen;
   std::vector<Tensor> scalars;
   for (const StepState& s : options_.state) {
@@ -90,6 +92,7 @@ std::string CompiledStep::key_for(const std::vector<Tensor>& args) const {
   for (const StepState& s : options_.state)
     if (s.training) os << "training=" << s.training() << ";";
   os << "grad_mode=" << grad_enabled() << ";";
+  if (std::optional<DType> low = autocast_now()) os << "autocast=" << dtype_name(*low) << ";";
   return os.str();
 }
 
@@ -111,6 +114,13 @@ void CompiledStep::signature(const std::vector<Tensor>& args, std::vector<int64_
   for (const StepState& s : options_.state)
     if (s.training) out.push_back(s.training());
   out.push_back(grad_enabled());
+  std::optional<DType> low = autocast_now();
+  out.push_back(low ? 1 + static_cast<int64_t>(*low) : 0);
+}
+
+std::optional<DType> CompiledStep::autocast_now() const {
+  if (options_.autocast) return options_.autocast;
+  return options_.jit.autocast ? options_.jit.autocast : autocast_dtype();
 }
 
 namespace {
@@ -151,9 +161,16 @@ Trace forward_copies_pass(const Trace& t) {
 
 }  // namespace
 
-std::shared_ptr<CompiledStep::Entry> CompiledStep::compile(const std::vector<Tensor>& args) {
+std::shared_ptr<CompiledStep::Entry> CompiledStep::compile(const std::vector<Tensor>& args,
+                                                           std::optional<DType> low) {
   auto t0 = Clock::now();
-  StepTraceResult tr = trace_step(fn_, state_, state_names_, args, options_.write_grads);
+  StepTraceResult tr = [&] {
+    // Autocast acts as each op is traced (tensor/autocast.h): backward() then
+    // records the casts' gradients, casts back, with the rest of the step.
+    AutocastGuard amp(low);
+    return trace_step(fn_, state_, state_names_, args, options_.write_grads);
+  }();
+  if (low) tr.trace.provenance = std::string("tracing with autocast to ") + dtype_name(*low);
   tr.trace.millis = ms_since(t0);
   auto e = std::make_shared<Entry>();
   e->names = tr.names;
@@ -186,6 +203,8 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
   std::lock_guard<std::mutex> lock(*mutex_);
   // The same shapes as the last call (the common case): no key string.
   signature(args, signature_);
+  const std::optional<DType> low = autocast_now();
+  AutocastGuard as_traced(std::nullopt);  // the program has its casts
   std::shared_ptr<Entry> found;
   std::string key;
   if (last_ && signature_ == last_signature_) {
@@ -207,7 +226,7 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
     ++compiles_;
     miss_reason_ = last_key_.empty() ? "first call" : first_difference(last_key_, key);
     if (log_enabled("jit")) std::cerr << "volt.jit: compiling the training step (" << miss_reason_ << ")\n";
-    found = compile(args);
+    found = compile(args, low);
     cache_.emplace(cache_.begin(), key, found);
     // The least recently used programs go, their arenas with them.
     if (cache_.size() > options_.max_cached_shapes) cache_.resize(options_.max_cached_shapes);

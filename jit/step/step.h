@@ -36,6 +36,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -94,6 +95,12 @@ struct StepOptions {
   // an arena of its batch's activations, so a loader of many batch sizes
   // would otherwise keep them all.
   size_t max_cached_shapes = 16;
+  // Mixed precision (tensor/autocast.h): the step is traced with autocast to
+  // bf16 or f16 on, so its forward's GEMMs run in that type and its loss,
+  // reductions, backward casts and optimizer in f32 on f32 master weights.
+  // Unset, a call made under an AutocastGuard takes the guard's type; either
+  // way the type is part of the cache key.
+  std::optional<DType> autocast;
   JitOptions jit{};
 };
 
@@ -138,7 +145,8 @@ class CompiledStep {
   std::string key_for(const std::vector<Tensor>& args) const;
   // What key_for says, as numbers (cheap to build and compare every call).
   void signature(const std::vector<Tensor>& args, std::vector<int64_t>& out) const;
-  std::shared_ptr<Entry> compile(const std::vector<Tensor>& args);
+  std::shared_ptr<Entry> compile(const std::vector<Tensor>& args, std::optional<DType> low);
+  std::optional<DType> autocast_now() const;  // the options' autocast type, else the thread's guard's
 
   Fn fn_;
   StepOptions options_;
