@@ -15,8 +15,10 @@
 // data, so it runs eagerly and is not differentiable) and is a traceable
 // where(mask, value, t) when written.
 #pragma once
+#include <concepts>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -34,8 +36,9 @@ inline constexpr EllipsisT Ellipsis{};
 class SliceBound {
  public:
   SliceBound() = default;
-  SliceBound(int64_t v) : v_(v) {}
-  SliceBound(int v) : v_(v) {}
+  template <std::integral I>
+    requires(!std::is_same_v<I, bool>)
+  SliceBound(I v) : v_(static_cast<int64_t>(v)) {}  // any integer type
   SliceBound(NoneT) {}
   SliceBound(std::nullopt_t) {}
   SliceBound(std::optional<int64_t> v) : v_(v) {}

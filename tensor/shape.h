@@ -2,10 +2,12 @@
 // `std::cout << t.sizes()` finds its printer (tensor/factories.h) by argument-
 // dependent lookup, as LibTorch's IntArrayRef does; helpers for the arithmetic on them.
 #pragma once
+#include <concepts>
 #include <cstdint>
 #include <initializer_list>
 #include <iosfwd>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -33,8 +35,9 @@ std::ostream& operator<<(std::ostream& os, const Shape& s);  // as shape_str
 class Dims {
  public:
   Dims() = default;
-  Dims(int64_t d) : v_{d} {}
-  Dims(int d) : v_{d} {}
+  template <std::integral I>
+    requires(!std::is_same_v<I, bool>)
+  Dims(I d) : v_{static_cast<int64_t>(d)} {}  // any integer type: t.sum(1), t.sum(size_t{1})
   Dims(std::initializer_list<int64_t> d) : v_(d) {}
   Dims(const std::vector<int64_t>& d) : v_(d) {}
   const std::vector<int64_t>& vec() const { return v_; }

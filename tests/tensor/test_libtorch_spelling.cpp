@@ -38,6 +38,8 @@ TEST_CASE("Slice takes None as LibTorch spells it") {
   CHECK(values(a.index({Ellipsis, Slice(-1, None)})) == std::vector<float>{3, 7, 11});
   CHECK(a.index({None, Slice(), 0}).sizes() == Shape{1, 3});
   CHECK(a.index({volt::indexing::Slice(std::nullopt, 1)}).sizes() == Shape{1, 4});
+  const size_t two = 2;
+  CHECK(a.index({Slice(two, None)}).sizes() == Shape{1, 4});
 }
 
 TEST_CASE("kCPU and kCUDA are device types; Device(kCUDA, 1) is a device") {
@@ -103,6 +105,8 @@ TEST_CASE("the method forms of comparisons, math and reductions equal f64 loops"
   CHECK(means[0] == doctest::Approx(-2.5 / 3).epsilon(1e-15));
   CHECK(means[1] == doctest::Approx(4.75 / 3).epsilon(1e-15));
   CHECK(ta.sum({0, 1}).item<double>() == doctest::Approx(2.25));
+  const size_t unsigned_dim = 1;
+  CHECK(ta.sum(unsigned_dim).to_vector<double>() == ta.sum(int64_t{1}).to_vector<double>());
   CHECK(ta.sum().item<double>() == doctest::Approx(2.25));
   // eq(...).sum() counts, as LibTorch's pred.eq(target).sum().item<int64_t>().
   CHECK(ta.eq(tb).sum().item<int64_t>() == 2);
