@@ -24,6 +24,7 @@
 #include <volt/nn/linear.h>
 #include <volt/nn/conv.h>
 #include <volt/nn/activation.h>
+#include <volt/nn/batch_norm.h>
 #include <volt/nn/sequential.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/embedding.h>
@@ -34,16 +35,19 @@
 #include <volt/nn/functional.h>
 #include <volt/nn/optim.h>
 #include <volt/nn/adamw.h>
+#include <volt/nn/rmsprop.h>
 #include <volt/nn/clip_grad.h>
 #include <volt/nn/lr_scheduler.h>
 #include <volt/nn/lr_schedule.h>
 #include <volt/nn/serialize.h>
 #include <volt/nn/checkpoint.h>
 #include <volt/nn/amp.h>
+#include <volt/nn/save_load.h>
 #include <volt/data/dataset.h>
 #include <volt/data/dataloader.h>
 #include <volt/data/sampler.h>
 #include <volt/data/transforms.h>
+#include <volt/data/datasets.h>
 #include <volt/data/text.h>
 #include <volt/jit/jit.h>
 #include <volt/jit/autocast.h>

@@ -96,7 +96,8 @@ struct DataLoaderOptions {
   uint64_t seed_ = 0;
 };
 
-template <std::derived_from<Sampler> S = SequentialSampler>
+// The sampler is LibTorch's default, a RandomSampler (of options.seed()), unless named.
+template <std::derived_from<Sampler> S = RandomSampler>
 std::unique_ptr<DataLoader> make_data_loader(const Dataset& dataset, const DataLoaderOptions& options = {}) {
   std::shared_ptr<Sampler> sampler;
   if constexpr (std::is_same_v<S, RandomSampler>) {
@@ -107,7 +108,7 @@ std::unique_ptr<DataLoader> make_data_loader(const Dataset& dataset, const DataL
   return std::make_unique<DataLoader>(dataset, options.batch_size_, std::move(sampler), options.drop_last_);
 }
 // A temporary dataset would be gone before the first batch.
-template <std::derived_from<Sampler> S = SequentialSampler>
+template <std::derived_from<Sampler> S = RandomSampler>
 std::unique_ptr<DataLoader> make_data_loader(Dataset&&, const DataLoaderOptions& = {}) = delete;
 
 }  // namespace volt::data

@@ -9,6 +9,7 @@
 #pragma once
 #include <string>
 
+#include <volt/nn/holder.h>
 #include <volt/nn/module.h>
 
 namespace volt::nn {
@@ -46,8 +47,11 @@ class Softmax : public Module {
 // In training, zeroes each element with probability p and scales the rest by
 // 1/(1-p), so the expected value is unchanged; in eval it is the identity.
 // The mask comes from the global Philox generator.
-class Dropout : public Module {
+class Dropout : public Module, public Holder<Dropout> {
  public:
+  // Empty until assigned (nn/holder.h): Dropout layer{nullptr};
+  explicit Dropout(std::nullptr_t) : Module("Dropout"), Holder<Dropout>(nullptr), p_(0) {}
+  using Holder<Dropout>::operator=;
   explicit Dropout(double p = 0.5);
   Tensor forward(const Tensor& x) override;  // x: any shape -> same shape
   std::string extra_repr() const override;   // "p=0.1, inplace=False"

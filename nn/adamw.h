@@ -63,6 +63,13 @@ class AdamW : public AdamBase {
   size_t group_size(size_t group) const { return groups_.at(group).end - groups_.at(group).begin; }
 
   std::vector<RunTimeScalar> run_time_scalars() override;
+  // param_groups() (nn/optim.h) lists these groups.
+  size_t num_param_groups() const override { return num_groups(); }
+  std::vector<Tensor> param_group_params(size_t group) const override {
+    return {params_.begin() + group_begin(group), params_.begin() + group_begin(group) + group_size(group)};
+  }
+  double param_group_lr(size_t group) const override { return group_lr(group); }
+  void set_param_group_lr(size_t group, double value) override { set_group_lr(group, value); }
 
  private:
   struct Group {

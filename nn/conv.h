@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 
+#include <volt/nn/holder.h>
 #include <volt/nn/module.h>
 #include <volt/tensor/conv.h>
 
@@ -22,8 +23,11 @@ struct Conv2dOptions {
   bool bias = true;
 };
 
-class Conv2d : public Module {
+class Conv2d : public Module, public Holder<Conv2d> {
  public:
+  // Empty until assigned (nn/holder.h): Conv2d layer{nullptr};
+  explicit Conv2d(std::nullptr_t) : Module("Conv2d"), Holder<Conv2d>(nullptr), in_(0), out_(0), kernel_{0, 0} {}
+  using Holder<Conv2d>::operator=;
   // weight (out, in, kh, kw) and bias (out) from U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
   // fan_in = in * kh * kw, weight first (PyTorch's default: kaiming_uniform_ with
   // a = sqrt(5) works out to this bound).

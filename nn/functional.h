@@ -37,10 +37,11 @@ inline Tensor log_softmax(const Tensor& x, int64_t dim) { return volt::log_softm
 inline Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {}) {
   return volt::cross_entropy(logits, target, options);
 }
-// logp: (N, C) log-probabilities, target: (N) class indices -> () mean over the rows not ignored
-inline Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction reduction = Reduction::Mean,
-                       int64_t ignore_index = -100) {
-  return volt::nll_loss(logp, target, reduction, ignore_index);
+// logp: (N, C) log-probabilities, target: (N) class indices, weight: (C) or
+// undefined -> () mean over the rows not ignored; LibTorch's argument order.
+inline Tensor nll_loss(const Tensor& logp, const Tensor& target, const Tensor& weight = Tensor(),
+                       Reduction reduction = Reduction::Mean, int64_t ignore_index = -100) {
+  return volt::nll_loss(logp, target, weight, reduction, ignore_index);
 }
 
 // x: (N, C, H, W), weight: (O, C, kh, kw), bias: (O) or undefined -> (N, O, OH, OW)

@@ -7,12 +7,16 @@
 #pragma once
 #include <cstdint>
 
+#include <volt/nn/holder.h>
 #include <volt/nn/module.h>
 
 namespace volt::nn {
 
-class Linear : public Module {
+class Linear : public Module, public Holder<Linear> {
  public:
+  // Empty until assigned (nn/holder.h): Linear layer{nullptr};
+  explicit Linear(std::nullptr_t) : Module("Linear"), Holder<Linear>(nullptr), in_features_(0), out_features_(0) {}
+  using Holder<Linear>::operator=;
   // weight (out, in) and bias (out) are drawn from U(-1/sqrt(in), 1/sqrt(in)),
   // weight first, from the global Philox generator (PyTorch's kaiming_uniform_
   // with a = sqrt(5) works out to exactly this bound).

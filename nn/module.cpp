@@ -98,6 +98,26 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   children_.emplace_back(name, std::move(m));
 }
 
+Module& Module::movable(Module& m) {
+  VOLT_CHECK(m.parent_ == nullptr, "register_module",
+             "module '" << m.name_in_parent_ << "' is registered already and cannot be moved");
+  return m;
+}
+
+Module::Module(Module&& other)
+    : std::enable_shared_from_this<Module>(),
+      type_name_(std::move(movable(other).type_name_)),
+      training_(other.training_),
+      parameters_(std::move(other.parameters_)),
+      buffers_(std::move(other.buffers_)),
+      children_(std::move(other.children_)) {
+  for (auto& [n, c] : children_)
+    if (c->parent_ == &other) c->parent_ = this;
+  other.parameters_.clear();
+  other.buffers_.clear();
+  other.children_.clear();
+}
+
 Module::~Module() {
   for (auto& [n, c] : children_)
     if (c->parent_ == this) c->parent_ = nullptr;

@@ -11,18 +11,19 @@
 // Parameters are Tensor handles: an optimizer or a jitted module holding the
 // same handle sees every change, including a move by to(device).
 #pragma once
+#include <concepts>
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include <volt/nn/named_tensor.h>
 #include <volt/tensor/scope.h>
 #include <volt/tensor/tensor.h>
 
 namespace volt::nn {
-
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 class Module : public std::enable_shared_from_this<Module> {
  public:
@@ -32,6 +33,10 @@ class Module : public std::enable_shared_from_this<Module> {
   virtual ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
+  // Moving is for register_module(name, Linear(784, 10)): a module that is not
+  // registered anywhere (an error otherwise) hands over its parameters, buffers
+  // and children; the moved-from one is left empty.
+  Module(Module&& other);
 
   // Pure, so that a subclass whose forward has another signature (say
   // `Tensor forward(Tensor x)`, which would only hide this one) cannot be
@@ -52,6 +57,18 @@ class Module : public std::enable_shared_from_this<Module> {
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     add_child(name, m);
     return m;
+  }
+  // LibTorch's spelling with a layer by value: register_module("fc", nn::Linear(784, 10))
+  // moves it into a new shared module and returns that (nn/holder.h).  A named
+  // layer (an lvalue) is moved too, and then stands for the registered one.
+  template <class M>
+    requires std::derived_from<std::remove_cvref_t<M>, Module>
+  std::shared_ptr<std::remove_cvref_t<M>> register_module(const std::string& name, M&& m) {
+    using Layer = std::remove_cvref_t<M>;
+    auto moved = std::make_shared<Layer>(std::move(m));
+    add_child(name, moved);
+    if constexpr (std::is_lvalue_reference_v<M> && std::is_assignable_v<Layer&, std::shared_ptr<Layer>>) m = moved;
+    return moved;
   }
 
   // ---- traversal, in registration order, with PyTorch's dotted names ("3.bias") ----
@@ -96,6 +113,7 @@ class Module : public std::enable_shared_from_this<Module> {
   void add_child(const std::string& name, std::shared_ptr<Module> m);
 
  private:
+  static Module& movable(Module& m);  // m, or an error if it is registered somewhere
   bool has_member(const std::string& name) const;
   void collect(const std::string& prefix, bool recurse, bool buffers, NamedTensors& out) const;
   void collect_modules(const std::string& prefix, std::vector<std::pair<std::string, std::shared_ptr<Module>>>& out) const;

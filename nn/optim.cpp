@@ -443,4 +443,19 @@ void Adam::step() {
 #endif
 }
 
+// ---------------------------------------------------------------- param_groups
+
+std::vector<OptimizerParamGroup> Optimizer::param_groups() {
+  std::vector<OptimizerParamGroup> groups;
+  for (size_t g = 0; g < num_param_groups(); ++g) groups.emplace_back(this, g);
+  return groups;
+}
+
+std::vector<Tensor> OptimizerParamGroup::params() const { return opt_->param_group_params(group_); }
+double OptimizerParamGroup::Options::lr() const { return opt_->param_group_lr(group_); }
+OptimizerParamGroup::Options& OptimizerParamGroup::Options::lr(double value) {
+  opt_->set_param_group_lr(group_, value);
+  return *this;
+}
+
 }  // namespace volt::nn

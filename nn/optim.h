@@ -19,11 +19,41 @@
 #include <utility>
 #include <vector>
 
+#include <volt/nn/named_tensor.h>
 #include <volt/tensor/tensor.h>
 
 namespace volt::nn {
 
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;  // as nn/module.h
+
+class Optimizer;
+
+// LibTorch's view of an optimizer's parameter groups, for changing a learning
+// rate by hand:
+//   for (auto& group : opt.param_groups()) group.options().lr(group.options().lr() * 0.5);
+// A group is a handle: its options() read and write the optimizer's own value.
+class OptimizerParamGroup {
+ public:
+  class Options {
+   public:
+    Options(Optimizer* opt, size_t group) : opt_(opt), group_(group) {}
+    double lr() const;
+    Options& lr(double value);  // a learning rate >= 0, else volt::Error
+    double get_lr() const { return lr(); }
+    void set_lr(double value) { lr(value); }
+
+   private:
+    Optimizer* opt_;
+    size_t group_;
+  };
+  OptimizerParamGroup(Optimizer* opt, size_t group) : options_(opt, group), opt_(opt), group_(group) {}
+  std::vector<Tensor> params() const;
+  Options& options() { return options_; }
+
+ private:
+  Options options_;
+  Optimizer* opt_;
+  size_t group_;
+};
 
 class Optimizer {
  public:
@@ -37,6 +67,13 @@ class Optimizer {
   // A lazy or compiled step reads it as a run-time scalar: changing it does not recompile.
   virtual double lr() const = 0;
   virtual void set_lr(double lr) = 0;
+  // The parameter groups (one holding every parameter, unless the optimizer
+  // has several: nn/adamw.h), each a handle onto this optimizer.
+  std::vector<OptimizerParamGroup> param_groups();
+  virtual size_t num_param_groups() const { return 1; }
+  virtual std::vector<Tensor> param_group_params(size_t) const { return params_; }
+  virtual double param_group_lr(size_t) const { return lr(); }
+  virtual void set_param_group_lr(size_t, double value) { set_lr(value); }
 
   // For a compiled training step (volt::jit::compile_step, which traces step()
   // with volt ops): the tensors step() updates besides the parameters (the
@@ -193,10 +230,11 @@ class Adadelta : public Optimizer {
 // LibTorch's spelling: torch::optim::Adam is volt::optim::Adam.
 namespace volt::optim {
 using nn::Adadelta;
-using nn::AdadeltaOptions;
 using nn::Adam;
-using nn::AdamOptions;
 using nn::Optimizer;
+using nn::OptimizerParamGroup;
 using nn::SGD;
-using nn::SGDOptions;
 }  // namespace volt::optim
+
+// Their options as builders: optim::SGDOptions(0.01).momentum(0.5).
+#include <volt/nn/optim_options.h>

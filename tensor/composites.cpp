@@ -175,7 +175,7 @@ std::vector<Tensor> decompose(const OpCall& call) {
       const Tensor& target = call.args.at(1).tensor;
       check_logits(a, target, "cross_entropy");
       const CrossEntropyOptions o = cross_entropy_options(at);
-      if (o.label_smoothing == 0) return {nll_loss(log_softmax(a, 1), target, o.reduction, o.ignore_index)};
+      if (o.label_smoothing == 0) return {nll_loss(log_softmax(a, 1), target, Tensor(), o.reduction, o.ignore_index)};
       return {loss_from_logp(log_softmax(a, 1), target, o)};
     }
     case OpId::cross_entropy_backward: {

@@ -185,6 +185,10 @@ Tensor max_pool2d_backward(const Tensor& g, const Tensor& x, const Window2d& w) 
   return call1(OpId::max_pool2d_backward, {g, x}, w.ints());
 }
 
+Tensor max_pool2d(const Tensor& x, int64_t kernel_size, int64_t stride, int64_t padding) {
+  return max_pool2d(x, {kernel_size, kernel_size}, {stride, stride}, {padding, padding});
+}
+
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
                   std::array<int64_t, 2> padding, std::array<int64_t, 2> dilation) {
   VOLT_CHECK(x.defined(), "max_pool2d", "got an undefined input");

@@ -57,6 +57,8 @@ Tensor conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = T
 // as -inf).  stride {0, 0} (the default) means stride = kernel, as in PyTorch.
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
                   std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> dilation = {1, 1});
+// A square window, as LibTorch's max_pool2d(x, 2): stride 0 means stride = kernel_size.
+Tensor max_pool2d(const Tensor& x, int64_t kernel_size, int64_t stride = 0, int64_t padding = 0);
 // Dims start_dim..end_dim merged into one: (2, 3, 4, 5), 1 -> (2, 60).
 Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
 

@@ -2,6 +2,8 @@
 
 #include <volt/tensor/error.h>
 
+#include <ostream>
+
 namespace volt {
 
 Device Device::parse(const std::string& s) {
@@ -33,5 +35,8 @@ bool is_available() { return false; }
 int device_count() { return 0; }
 }  // namespace cuda
 #endif
+
+std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
+std::ostream& operator<<(std::ostream& os, DeviceType t) { return os << Device(t).str(); }
 
 }  // namespace volt

@@ -26,6 +26,20 @@ inline constexpr DType kF32 = DType::f32;
 inline constexpr DType kF64 = DType::f64;
 inline constexpr DType kBF16 = DType::bf16;
 inline constexpr DType kF16 = DType::f16;
+// LibTorch's names for the same dtypes.
+inline constexpr DType kByte = DType::u8;
+inline constexpr DType kUInt8 = DType::u8;
+inline constexpr DType kInt = DType::i32;
+inline constexpr DType kInt32 = DType::i32;
+inline constexpr DType kLong = DType::i64;
+inline constexpr DType kInt64 = DType::i64;
+inline constexpr DType kFloat = DType::f32;
+inline constexpr DType kFloat32 = DType::f32;
+inline constexpr DType kDouble = DType::f64;
+inline constexpr DType kFloat64 = DType::f64;
+inline constexpr DType kBFloat16 = DType::bf16;
+inline constexpr DType kHalf = DType::f16;
+inline constexpr DType kFloat16 = DType::f16;
 
 inline Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = kCPU) {
   return Tensor::empty(shape, dtype, device);
@@ -115,8 +129,5 @@ Tensor from_blob(void* data, const Shape& sizes, const Shape& strides, std::func
 Tensor randperm(int64_t n, DType dtype = DType::i64, Device device = kCPU);
 
 inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
-inline std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
-// Shapes are std::vector<int64_t>: found by `using namespace volt;` (or volt::operator<<).
-inline std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << shape_str(s); }
 
 }  // namespace volt

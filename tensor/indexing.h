@@ -15,8 +15,10 @@
 // data, so it runs eagerly and is not differentiable) and is a traceable
 // where(mask, value, t) when written.
 #pragma once
+#include <concepts>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -29,12 +31,29 @@ struct EllipsisT {};
 inline constexpr NoneT None{};
 inline constexpr EllipsisT Ellipsis{};
 
+// One bound of a Slice: an integer, or None (LibTorch's spelling) / std::nullopt
+// for "to the end on that side".
+class SliceBound {
+ public:
+  SliceBound() = default;
+  template <std::integral I>
+    requires(!std::is_same_v<I, bool>)
+  SliceBound(I v) : v_(static_cast<int64_t>(v)) {}  // any integer type
+  SliceBound(NoneT) {}
+  SliceBound(std::nullopt_t) {}
+  SliceBound(std::optional<int64_t> v) : v_(v) {}
+  const std::optional<int64_t>& value() const { return v_; }
+
+ private:
+  std::optional<int64_t> v_;
+};
+
 // [start, stop) with step; an empty bound is the whole dim on that side, negative
 // bounds count from the end, and bounds past the ends are clamped, as Python's.
+//   Slice(1, None), Slice(None, -1), Slice() (all), Slice(2) (from 2 on)
 struct Slice {
-  Slice(std::optional<int64_t> start = std::nullopt, std::optional<int64_t> stop = std::nullopt,
-        int64_t step = 1)
-      : start(start), stop(stop), step(step) {}
+  Slice(SliceBound start = {}, SliceBound stop = {}, int64_t step = 1)
+      : start(start.value()), stop(stop.value()), step(step) {}
   std::optional<int64_t> start, stop;
   int64_t step;
 };

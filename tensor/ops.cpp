@@ -295,9 +295,38 @@ Attrs options_attrs(const CrossEntropyOptions& o, const char* op) {
 
 }  // namespace
 
-Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+namespace {
+// The class-weighted loss as a composite of ops (so it differentiates and
+// traces like any other): w_i = weight[target_i] on the rows not ignored, 0 on
+// the rest; Mean divides by the sum of the w_i, as PyTorch's.
+Tensor weighted_nll_loss(const Tensor& logp, const Tensor& target, const Tensor& weight, Reduction reduction,
+                         int64_t ignore_index) {
+  VOLT_CHECK(logp.dim() == 2 && target.dim() == 1 && target.size(0) == logp.size(0), "nll_loss",
+             "with a weight, expected logp (N, C) and target (N), got " << shape_str(logp.sizes()) << " and "
+                                                                        << shape_str(target.sizes()));
+  const int64_t classes = logp.size(1);
+  VOLT_CHECK(weight.dim() == 1 && weight.size(0) == classes, "nll_loss",
+             "weight must be (C) = (" << classes << "), got " << shape_str(weight.sizes()));
+  VOLT_CHECK(weight.dtype() == logp.dtype() && weight.device() == logp.device(), "nll_loss",
+             "weight must have logp's dtype and device (" << logp.meta_str() << "), got " << weight.meta_str());
+  // The unweighted row losses check the targets (integers in [0, C)) and zero the ignored rows.
+  const Tensor rows = nll_loss(logp, target, Tensor(), Reduction::None, ignore_index);  // (N)
+  const Tensor kept = ne(target, Value(ignore_index));                                       // (N) bool
+  const Tensor cls = where(kept, target, Value(int64_t{0})).unsqueeze(1);                   // (N, 1)
+  const Tensor onehot = eq(cls, Tensor::arange(classes, target.dtype(), logp.device()));    // (N, C)
+  const Tensor w = where(kept, sum(where(onehot, weight.unsqueeze(0), Value(0.0)), {1}), Value(0.0));
+  const Tensor losses = mul(w, rows);
+  if (reduction == Reduction::None) return losses;
+  if (reduction == Reduction::Sum) return sum(losses);
+  return div(sum(losses), sum(w));
+}
+}  // namespace
+
+Tensor nll_loss(const Tensor& logp, const Tensor& target, const Tensor& weight, Reduction reduction,
+                int64_t ignore_index) {
   check_tensor(logp, "nll_loss");
   check_tensor(target, "nll_loss");
+  if (weight.defined()) return weighted_nll_loss(logp, target, weight, reduction, ignore_index);
   return call1(OpId::nll_loss, {logp, target}, options_attrs({reduction, ignore_index, 0.0}, "nll_loss"));
 }
 

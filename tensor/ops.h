@@ -86,10 +86,12 @@ Tensor relu(const Tensor& a);
 Tensor dropout(const Tensor& a, double p, bool training);
 Tensor softmax(const Tensor& a, int64_t dim);
 Tensor log_softmax(const Tensor& a, int64_t dim);
-// logp (N, C), target (N) integer classes -> -logp[i, target[i]] reduced over
-// the rows whose target is not ignore_index (tensor/cross_entropy.h).
-Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction reduction = Reduction::Mean,
-                int64_t ignore_index = -100);
+// logp (N, C), target (N) integer classes -> -w[target[i]] logp[i, target[i]]
+// reduced over the rows whose target is not ignore_index; Mean divides by the
+// sum of those rows' weights.  weight (C) is optional (undefined: all ones).  The
+// arguments in LibTorch's order, so that nll_loss(x, t, {}) means "no weight".
+Tensor nll_loss(const Tensor& logp, const Tensor& target, const Tensor& weight = Tensor(),
+                Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
 // logits (N, C), target (N) -> the row losses log(sum_j exp(logits[i, j])) - logits[i, target[i]],
 // reduced (mean by default); ignore_index and label smoothing as PyTorch has
 // them (tensor/cross_entropy.h).  () for Mean and Sum, (N) for None.

@@ -2,6 +2,8 @@
 
 #include <volt/tensor/error.h>
 
+#include <ostream>
+
 namespace volt {
 
 int64_t checked_mul(int64_t a, int64_t b, const Shape& s, const char* op) {
@@ -57,5 +59,7 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
                     << lo << ".." << hi << ")");
   return dim < 0 ? dim + (ndim == 0 ? 1 : ndim) : dim;
 }
+
+std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << shape_str(s); }
 
 }  // namespace volt

@@ -363,10 +363,30 @@ Tensor& Tensor::mul_(Scalar other) { return assign_(volt::mul(*this, Value(other
 
 // ---------------------------------------------------------------- method forms
 
-Tensor Tensor::sum(const std::vector<int64_t>& d, bool k) const { return volt::sum(*this, d, k); }
-Tensor Tensor::mean(const std::vector<int64_t>& d, bool k) const { return volt::mean(*this, d, k); }
-Tensor Tensor::amax(const std::vector<int64_t>& d, bool k) const { return volt::amax(*this, d, k); }
+Tensor Tensor::sum(const Dims& d, bool k) const { return volt::sum(*this, d.vec(), k); }
+Tensor Tensor::mean(const Dims& d, bool k) const { return volt::mean(*this, d.vec(), k); }
+Tensor Tensor::amax(const Dims& d, bool k) const { return volt::amax(*this, d.vec(), k); }
 Tensor Tensor::argmax(int64_t d, bool k) const { return volt::argmax(*this, d, k); }
+Tensor Tensor::argmax() const { return volt::argmax(flatten(), 0); }
+Tensor Tensor::max() const { return volt::max(*this); }
+Tensor Tensor::min() const { return volt::min(*this); }
+Tensor Tensor::eq(const Tensor& o) const { return volt::eq(*this, o); }
+Tensor Tensor::eq(Scalar o) const { return volt::eq(*this, Value(o)); }
+Tensor Tensor::ne(const Tensor& o) const { return volt::ne(*this, o); }
+Tensor Tensor::ne(Scalar o) const { return volt::ne(*this, Value(o)); }
+Tensor Tensor::lt(const Tensor& o) const { return volt::lt(*this, o); }
+Tensor Tensor::lt(Scalar o) const { return volt::lt(*this, Value(o)); }
+Tensor Tensor::le(const Tensor& o) const { return volt::le(*this, o); }
+Tensor Tensor::le(Scalar o) const { return volt::le(*this, Value(o)); }
+Tensor Tensor::gt(const Tensor& o) const { return volt::gt(*this, o); }
+Tensor Tensor::gt(Scalar o) const { return volt::gt(*this, Value(o)); }
+Tensor Tensor::ge(const Tensor& o) const { return volt::ge(*this, o); }
+Tensor Tensor::ge(Scalar o) const { return volt::ge(*this, Value(o)); }
+Tensor Tensor::abs() const { return volt::abs(*this); }
+Tensor Tensor::neg() const { return volt::neg(*this); }
+Tensor Tensor::sqrt() const { return volt::sqrt(*this); }
+Tensor Tensor::pow(const Tensor& e) const { return volt::pow(*this, e); }
+Tensor Tensor::pow(Scalar e) const { return volt::pow(*this, Value(e)); }
 Tensor Tensor::matmul(const Tensor& o) const { return volt::matmul(*this, o); }
 Tensor Tensor::exp() const { return volt::exp(*this); }
 Tensor Tensor::log() const { return volt::log(*this); }

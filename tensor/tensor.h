@@ -158,10 +158,12 @@ class Tensor {
   Tensor& mul_(Scalar other);
 
   // ---- common ops as methods (free functions in tensor/ops.h) ----
-  Tensor sum(const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
-  Tensor mean(const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
-  Tensor amax(const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
+  // dims as LibTorch takes them: t.sum(), t.sum(1), t.sum({0, 2}, true)
+  Tensor sum(const Dims& dims = {}, bool keepdim = false) const;
+  Tensor mean(const Dims& dims = {}, bool keepdim = false) const;
+  Tensor amax(const Dims& dims = {}, bool keepdim = false) const;
   Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor argmax() const;  // the flat index of the largest element, () i64
   Tensor matmul(const Tensor& other) const;
   Tensor exp() const;
   Tensor log() const;
@@ -170,6 +172,26 @@ class Tensor {
   Tensor argmin(int64_t dim, bool keepdim = false) const;
   std::tuple<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;
   std::tuple<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;
+  Tensor max() const;  // () the largest element
+  Tensor min() const;
+  // Comparisons (bool results) and elementwise math, as LibTorch's methods.
+  Tensor eq(const Tensor& other) const;
+  Tensor eq(Scalar other) const;
+  Tensor ne(const Tensor& other) const;
+  Tensor ne(Scalar other) const;
+  Tensor lt(const Tensor& other) const;
+  Tensor lt(Scalar other) const;
+  Tensor le(const Tensor& other) const;
+  Tensor le(Scalar other) const;
+  Tensor gt(const Tensor& other) const;
+  Tensor gt(Scalar other) const;
+  Tensor ge(const Tensor& other) const;
+  Tensor ge(Scalar other) const;
+  Tensor abs() const;
+  Tensor neg() const;
+  Tensor sqrt() const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor pow(Scalar exponent) const;
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
   std::vector<Tensor> split(const std::vector<int64_t>& sizes, int64_t dim = 0) const;

@@ -174,16 +174,16 @@ TEST_CASE("nll_loss options: reduction and ignore_index on any input, as PyTorch
   Tensor x = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8, 9}).reshape({3, 3});
   Tensor t = Tensor::from_vector<int64_t>({2, 0, 1});
   CHECK(nll_loss(x, t).item<double>() == doctest::Approx(-(3 + 4 + 8) / 3.0));
-  CHECK(nll_loss(x, t, Reduction::Sum).item<double>() == doctest::Approx(-15.0));
-  CHECK(nll_loss(x, t, Reduction::None).to_vector<float>() == std::vector<float>{-3, -4, -8});
+  CHECK(nll_loss(x, t, {}, Reduction::Sum).item<double>() == doctest::Approx(-15.0));
+  CHECK(nll_loss(x, t, {}, Reduction::None).to_vector<float>() == std::vector<float>{-3, -4, -8});
   // ignore_index 0 is a real class here: the second row is skipped and not counted.
-  CHECK(nll_loss(x, t, Reduction::Mean, 0).item<double>() == doctest::Approx(-(3 + 8) / 2.0));
-  CHECK(nll_loss(x, t, Reduction::None, 0).to_vector<float>() == std::vector<float>{-3, 0, -8});
+  CHECK(nll_loss(x, t, {}, Reduction::Mean, 0).item<double>() == doctest::Approx(-(3 + 8) / 2.0));
+  CHECK(nll_loss(x, t, {}, Reduction::None, 0).to_vector<float>() == std::vector<float>{-3, 0, -8});
   namespace F = nn::functional;
-  CHECK(F::nll_loss(x, t, Reduction::Sum, 1).item<double>() == doctest::Approx(-7.0));
+  CHECK(F::nll_loss(x, t, {}, Reduction::Sum, 1).item<double>() == doctest::Approx(-7.0));
   // The gradient: -1 at the picked element of each counted row, over the count.
   Tensor leaf = x.detach().requires_grad_(true);
-  nll_loss(leaf, t, Reduction::Mean, 0).backward();
+  nll_loss(leaf, t, {}, Reduction::Mean, 0).backward();
   CHECK(leaf.grad().to_vector<float>() == std::vector<float>{0, 0, -0.5f, 0, 0, 0, 0, -0.5f, 0});
 }
 

@@ -92,7 +92,7 @@ TEST_CASE("printing shows requires_grad on leaves and grad_fn on results, as PyT
 TEST_CASE("make_data_loader with DataLoaderOptions, as LibTorch spells it") {
   const int64_t n = 10;
   data::TensorDataset ds(arange(n, DType::f32).reshape({n, 1}), arange(n));
-  auto seq = data::make_data_loader(ds, data::DataLoaderOptions().batch_size(4));
+  auto seq = data::make_data_loader<data::SequentialSampler>(ds, data::DataLoaderOptions().batch_size(4));
   std::vector<int64_t> seen;
   for (auto& batch : *seq) {
     for (int64_t i = 0; i < batch.target.size(0); ++i) seen.push_back(batch.target.select(0, i).item<int64_t>());
@@ -111,11 +111,15 @@ TEST_CASE("make_data_loader with DataLoaderOptions, as LibTorch spells it") {
   std::vector<int64_t> want = ref.next_epoch();
   want.resize(9);
   CHECK(order == want);
+  // No sampler named: LibTorch's default, a RandomSampler (seed 0 unless told).
+  auto dflt = data::make_data_loader(ds, data::DataLoaderOptions().batch_size(10));
+  data::RandomSampler ref0(n, 0);
+  for (auto& batch : *dflt) CHECK(batch.target.to_vector<int64_t>() == ref0.next_epoch());
 }
 
 TEST_CASE("optimizers and schedulers are reachable as volt::optim, as torch::optim") {
   Tensor w = Tensor::ones({2}).requires_grad_();
-  optim::SGD opt({w}, optim::SGDOptions{.lr = 0.5});
+  optim::SGD opt({w}, optim::SGDOptions(0.5));
   optim::StepLR sched(opt, /*step_size=*/1, /*gamma=*/0.1);
   (w * w).sum().backward();
   opt.step();  // w -= 0.5 * 2w

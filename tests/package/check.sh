@@ -38,6 +38,13 @@ flags=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs volt)
 ${CXX:-g++} -O1 -I"$here" "$here/consumer.cpp" -o "$work/pc_consumer" $flags -Wl,-rpath,"$libdir"
 "$work/pc_consumer"
 
+echo "package check: the LibTorch ports (tests/port/volt/) against the installed package"
+for src in "$root"/tests/port/volt/*.cpp; do
+  # shellcheck disable=SC2086
+  ${CXX:-g++} -O1 "$src" -o "$work/port_$(basename "$src" .cpp)" $flags -Wl,-rpath,"$libdir"
+done
+(cd "$work" && ./port_mlp 40 "$work/port_mlp.safetensors" >/dev/null) || fail "the ported MLP did not train"
+
 if [ -n "${VOLT_VENDORED_BUILD:-}" ]; then
   # test.sh: the sanitizer build (tests/sanitize.sh) is a vendored build of
   # this consumer; it runs build-asan/consumer once that build is done.
