@@ -5,7 +5,11 @@
 
 #include <sys/wait.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace volt::testing {
@@ -30,6 +34,19 @@ inline ExampleRun run_command(const std::string& command) {
 // `command`: the example's name and its arguments ("gpt --steps 2").
 inline ExampleRun run_example(const std::string& command) {
   return run_command(std::string(VOLT_EXAMPLES_BIN_DIR) + "/" + command);
+}
+
+// A folder holding a brown.txt of a few kilobytes of English-like text (60
+// lines), enough for gpt's windows of 128 in both splits; `name` and the pid
+// make it this run's own.
+inline std::filesystem::path small_text_corpus(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / (name + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream out(dir / "brown.txt");
+  for (int i = 0; i < 60; ++i)
+    out << "The Fulton County Grand Jury said Friday an investigation of recent primary election produced no evidence "
+        << i << " .\n";
+  return dir;
 }
 
 }  // namespace volt::testing

@@ -15,15 +15,7 @@ namespace {
 
 using Run = volt::testing::ExampleRun;
 
-std::filesystem::path amp_corpus() {
-  auto dir = std::filesystem::temp_directory_path() / ("volt_test_amp_example" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  std::ofstream out(dir / "brown.txt");
-  for (int i = 0; i < 60; ++i)
-    out << "The Fulton County Grand Jury said Friday an investigation of recent primary election produced no evidence "
-        << i << " .\n";
-  return dir;
-}
+std::filesystem::path amp_corpus() { return volt::testing::small_text_corpus("volt_test_amp_example"); }
 
 }  // namespace
 

@@ -21,16 +21,7 @@ using Run = volt::testing::ExampleRun;
 
 Run run(const std::string& args) { return volt::testing::run_example("gpt " + args); }
 
-// A few kilobytes of English-like text, enough for windows of 128 in both splits.
-std::filesystem::path small_corpus() {
-  auto dir = std::filesystem::temp_directory_path() / ("volt_test_gpt_example" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  std::ofstream out(dir / "brown.txt");
-  for (int i = 0; i < 60; ++i)
-    out << "The Fulton County Grand Jury said Friday an investigation of recent primary election produced no evidence "
-        << i << " .\n";
-  return dir;
-}
+std::filesystem::path small_corpus() { return volt::testing::small_text_corpus("volt_test_gpt_example"); }
 
 }  // namespace
 

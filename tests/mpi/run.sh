@@ -26,32 +26,29 @@ if [ -f "$sim" ]; then
   fi
 fi
 
-log=$(mktemp)
-set +e
-timeout 60 "${mpirun[@]}" "$build/tests/volt_mpi_tests" --abort-test >"$log" 2>&1
-rc=$?
-set -e
-if [ "$rc" = 124 ]; then
-  echo "volt_mpi_tests --abort-test: the other rank still waited after 60 s" >&2; cat "$log" >&2; exit 1
-fi
-if [ "$rc" = 0 ] || ! grep -q "rank 1 ends every rank: rank 1 fails on purpose" "$log"; then
-  echo "volt_mpi_tests --abort-test: expected a failing run with rank 1's message (exit $rc)" >&2; cat "$log" >&2; exit 1
-fi
-echo "volt: a throwing rank ended the MPI run (exit $rc) with its message"
+# Runs volt_mpi_tests with FLAG on 2 ranks: the run must end (within 60 s),
+# fail, and print WANT.
+must_end() {
+  local flag=$1 want=$2 log rc
+  log=$(mktemp)
+  set +e
+  timeout 60 "${mpirun[@]}" "$build/tests/volt_mpi_tests" "$flag" >"$log" 2>&1
+  rc=$?
+  set -e
+  if [ "$rc" = 124 ]; then
+    echo "volt_mpi_tests $flag: a rank still waited after 60 s" >&2; cat "$log" >&2; exit 1
+  fi
+  if [ "$rc" = 0 ] || ! grep -q "$want" "$log"; then
+    echo "volt_mpi_tests $flag: expected a failing run saying '$want' (exit $rc)" >&2; cat "$log" >&2; exit 1
+  fi
+  rm -f "$log"
+}
+must_end --abort-test "rank 1 ends every rank: rank 1 fails on purpose"
+echo "volt: a throwing rank ended the MPI run with its message"
 # A rank that catches its error and returns from main: the rank left waiting
 # in an all-reduce ends the run, naming it.
-set +e
-timeout 60 "${mpirun[@]}" "$build/tests/volt_mpi_tests" --return-test >"$log" 2>&1
-rc=$?
-set -e
-if [ "$rc" = 124 ]; then
-  echo "volt_mpi_tests --return-test: rank 0 still waited after 60 s" >&2; cat "$log" >&2; exit 1
-fi
-if [ "$rc" = 0 ] || ! grep -q "rank 0 ends every rank: rank 1 left main (returned or exited) while this rank waited in dist::all_reduce" "$log"; then
-  echo "volt_mpi_tests --return-test: expected a failing run naming rank 1 (exit $rc)" >&2; cat "$log" >&2; exit 1
-fi
-rm -f "$log"
-echo "volt: a rank that returned from main ended the MPI run (exit $rc) instead of leaving the other waiting"
+must_end --return-test "rank 0 ends every rank: rank 1 left main (returned or exited) while this rank waited in dist::all_reduce"
+echo "volt: a rank that returned from main ended the MPI run instead of leaving the other waiting"
 # examples/gpt --distributed: a small GPT on a small text, eagerly and as a
 # compiled step; every rank must end with the same parameters.
 gpt="$build/examples/gpt"
