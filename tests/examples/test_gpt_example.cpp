@@ -117,5 +117,5 @@ TEST_CASE("examples: gpt --save-every without --save, and --distributed on the l
 TEST_CASE("examples: gpt without brown.txt says how to fetch it") {
   Run r = run("--data-dir /nonexistent-volt-dir --device cpu --steps 1");
   CHECK(r.status == 1);
-  CHECK(r.out.find("data/fetch_brown.sh") != std::string::npos);
+  CHECK(r.out.find("`data/fetch_brown.sh /nonexistent-volt-dir`") != std::string::npos);
 }
