@@ -29,7 +29,13 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
   VOLT_CHECK(std::isfinite(lo) && std::isfinite(hi) && lo <= hi, "nice_ticks",
              "expected finite lo <= hi, got [" << lo << ", " << hi << "]");
   VOLT_CHECK(target >= 2, "nice_ticks", "expected a target of 2 or more ticks, got " << target);
-  if (hi == lo) lo -= 1, hi += 1;
+  // A flat series, or one flat at double precision (ticks could not step
+  // through its spread): a range around its value.
+  const double scale = std::max(std::abs(lo), std::abs(hi));
+  if (hi - lo <= 1e-9 * scale || hi == lo) {
+    const double mid = lo / 2 + hi / 2, half = std::max(1.0, scale * 1e-3);
+    lo = mid - half, hi = mid + half;
+  }
   const double raw = (hi - lo) / (target - 1);
   const double power = std::pow(10.0, std::floor(std::log10(raw)));
   double step = 10 * power;

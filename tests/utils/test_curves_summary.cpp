@@ -53,6 +53,12 @@ TEST_CASE("utils: round ticks are 1, 2 or 5 times a power of ten and cover the r
   CHECK(d.front() == doctest::Approx(0.0));
   CHECK(d.back() == doctest::Approx(0.1));
   CHECK(nice_ticks(3, 3) == std::vector<double>{2, 2.5, 3, 3.5, 4});  // a flat series gets a range of 2
+  // Flat at double precision: still a handful of round ticks around the value.
+  const std::vector<double> e = nice_ticks(1000, 1000 + 1e-13);
+  CHECK(e.size() <= 6);
+  CHECK(e.front() <= 1000);
+  CHECK(e.back() >= 1000);
+  CHECK(nice_ticks(1e20, 1e20).size() <= 6);
   CHECK_THROWS_AS(nice_ticks(2, 1), volt::Error);
   CHECK_THROWS_AS(nice_ticks(0, NAN), volt::Error);
 }
