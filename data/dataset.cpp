@@ -77,8 +77,7 @@ std::string find_file(const std::string& root, const std::string& name) {
   if (fs::exists(raw)) return raw.string();
   if (fs::exists(gz)) return gz.string();
   VOLT_FAIL("MNIST", "neither " << raw.string() << " nor " << gz.string()
-                                << " exists (data/fetch_mnist.sh downloads MNIST into "
-                                << mnist_root() << ")");
+                                << " exists (`data/fetch_mnist.sh " << root << "` downloads MNIST there)");
 }
 
 TensorDataset load_mnist(const std::string& root, bool train, const Transform& transform) {

@@ -45,8 +45,9 @@ std::string load_text(const std::string& path, int64_t block) {
   namespace fs = std::filesystem;
   std::error_code ec;
   VOLT_CHECK(fs::exists(path, ec), kOp,
-             path << ": no such file (data/fetch_brown.sh writes the Brown corpus to " << brown_root()
-                  << "/brown.txt)");
+             path << ": no such file (`data/fetch_brown.sh "
+                  << (fs::path(path).has_parent_path() ? fs::path(path).parent_path().string() : std::string("."))
+                  << "` writes the Brown corpus there as brown.txt)");
   VOLT_CHECK(!fs::is_directory(path, ec), kOp, path << " is a directory, expected a text file");
   std::ifstream in(path, std::ios::binary);
   VOLT_CHECK(in, kOp, path << ": cannot open (" << std::strerror(errno) << ")");

@@ -1,4 +1,5 @@
 #include <volt/nn/module.h>
+#include <volt/nn/call_observer.h>
 
 #include <cxxabi.h>
 
@@ -6,6 +7,7 @@
 #include <memory>
 #include <set>
 #include <typeinfo>
+#include <utility>
 #include <ostream>
 #include <sstream>
 
@@ -130,9 +132,22 @@ std::string Module::path() const {
   return p;
 }
 
+namespace {
+thread_local const CallObserver* t_observer = nullptr;
+}  // namespace
+
+ObserveCalls::ObserveCalls(CallObserver f) : observer_(std::move(f)), saved_(std::exchange(t_observer, &observer_)) {}
+ObserveCalls::~ObserveCalls() { t_observer = saved_; }
+const CallObserver* call_observer() { return t_observer; }
+
 Tensor Module::scoped_forward(const Tensor& x) {
-  ScopeGuard scope(path());
-  return forward(x);
+  Tensor y;
+  {
+    ScopeGuard scope(path());
+    y = forward(x);
+  }
+  if (t_observer) (*t_observer)(*this, y);
+  return y;
 }
 
 void Module::collect(const std::string& prefix, bool recurse, bool buffers,

@@ -4,6 +4,7 @@
 #include <typeinfo>
 
 #include <volt/nn/activation.h>
+#include <volt/nn/call_observer.h>
 #include <volt/nn/functional.h>
 #include <volt/nn/linear.h>
 
@@ -38,7 +39,9 @@ const M* exactly(const std::shared_ptr<Module>& m) {
 // layer runs by itself, as written.
 Tensor Sequential::forward(const Tensor& x) {
   const auto& layers = named_children();
-  const bool eager = current_mode() == nullptr;
+  // Watched (call_observer.h), each layer is called as a module, unfused, so that it is seen.
+  const bool watched = call_observer() != nullptr;
+  const bool eager = current_mode() == nullptr && !watched;
   Tensor y = x;
   for (size_t i = 0; i < layers.size(); ++i) {
     const Linear* lin = eager ? exactly<Linear>(layers[i].second) : nullptr;
@@ -49,7 +52,7 @@ Tensor Sequential::forward(const Tensor& x) {
       i += drop ? 2 : 1;
       continue;
     }
-    y = layers[i].second->forward(y);
+    y = watched ? (*layers[i].second)(y) : layers[i].second->forward(y);
   }
   return y;
 }

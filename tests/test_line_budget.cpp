@@ -1,4 +1,4 @@
-// The line budget: a product file (tensor/, autograd/, jit/, nn/, data/) holds
+// The line budget: a product file (tensor/, autograd/, jit/, nn/, data/, utils/) holds
 // at most 500 lines of code and a function at most 120 lines, so each can be
 // read in one sitting.  The files and functions over budget today are listed
 // below; the list may only shrink (an entry that fits again must go).
@@ -173,7 +173,7 @@ struct Overrun {
 
 std::vector<Overrun> overruns(const fs::path& root) {
   std::vector<Overrun> out;
-  for (const char* dir : {"tensor", "autograd", "jit", "nn", "data"}) {
+  for (const char* dir : {"tensor", "autograd", "jit", "nn", "data", "utils"}) {
     for (const auto& entry : fs::recursive_directory_iterator(root / dir)) {
       const std::string ext = entry.path().extension().string();
       if (!entry.is_regular_file() || (ext != ".h" && ext != ".cpp" && ext != ".inc")) continue;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <volt/utils/cli.h>
 
 #include <volt/jit/jit.h>
 #include <volt/tensor/ops.h>
@@ -86,11 +87,12 @@ int main(int argc, char** argv) {
   std::string device_name = "cpu";
   CLI::App app{"An executor written outside volt runs cross_entropy as a fused forward and backward",
                "extend_cross_entropy"};
-  app.add_option("--rows", rows, "rows of the logits (the batch)")->capture_default_str()->check(CLI::Range(1, 1 << 24));
-  app.add_option("--classes", classes, "columns of the logits")->capture_default_str()->check(CLI::Range(1, 1 << 24));
-  app.add_option("--repeats", repeats, "timed runs of each path")->capture_default_str()->check(CLI::Range(1, 1000));
+  volt::utils::cli::setup(app);
+  app.add_option("--rows", rows, "rows of the logits (the batch)")->capture_default_str()->check(volt::utils::cli::count(1, 1 << 24));
+  app.add_option("--classes", classes, "columns of the logits")->capture_default_str()->check(volt::utils::cli::count(1, 1 << 24));
+  app.add_option("--repeats", repeats, "timed runs of each path")->capture_default_str()->check(volt::utils::cli::count(1, 1000));
   app.add_option("--device", device_name, "cpu or cuda")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  volt::utils::cli::parse(app, argc, argv);
   try {
     const Device device = Device::parse(device_name);
     manual_seed(0);

@@ -28,6 +28,7 @@
 
 #include "eigen_linear.h"
 #include <CLI/CLI.hpp>
+#include <volt/utils/cli.h>
 
 #include <volt/jit/jit.h>
 #include <volt/nn/activation.h>
@@ -123,9 +124,10 @@ std::pair<Tensor, Tensor> batch(int64_t b) { return {Tensor::rand({b, 784}), Ten
 int main(int argc, char** argv) {
   int repeats = 5, steps = 20;
   CLI::App app{"An executor written outside volt claims linear (+ ReLU) with a blocked Eigen kernel", "extend_linear"};
-  app.add_option("--repeats", repeats, "runs per measurement")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  app.add_option("--steps", steps, "training steps per run")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  CLI11_PARSE(app, argc, argv);
+  volt::utils::cli::setup(app);
+  app.add_option("--repeats", repeats, "runs per measurement")->capture_default_str()->check(volt::utils::cli::count(1, 1 << 20));
+  app.add_option("--steps", steps, "training steps per run")->capture_default_str()->check(volt::utils::cli::count(1, 1 << 20));
+  volt::utils::cli::parse(app, argc, argv);
   int failures = 0;
   try {
     jit::OperatorExecutor& ex = volt_example::eigen_linear_executor();

@@ -30,8 +30,8 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <volt/utils/cli.h>
 
-#include "common/training_log.h"
 #include <volt/data/text.h>
 #include <volt/jit/jit.h>
 #include <volt/jit/lazy/lazy.h>
@@ -49,6 +49,8 @@
 #include <volt/tensor/factories.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
+#include <volt/utils/curves.h>
+#include <volt/utils/json_log.h>
 
 using namespace volt;
 using Clock = std::chrono::steady_clock;
@@ -85,18 +87,18 @@ constexpr int64_t kValBatches = 20;
 Options parse_args(int argc, char** argv) {
   Options o;
   CLI::App app{"Trains a byte-level GPT on the Brown corpus with volt and samples from it", "gpt"};
-  auto positive = CLI::Range(int64_t{1}, int64_t{1} << 40).description("INT >= 1");
-  app.add_option("--steps", o.steps, "training steps")->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  app.add_option("--batch-size", o.batch_size, "windows per batch")->capture_default_str()->check(positive);
-  app.add_option("--eval-every", o.eval_every, "validation loss every N steps")->capture_default_str()->check(positive);
-  app.add_option("--sample", o.sample, "bytes to generate at the end")->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  app.add_option("--temperature", o.temperature, "sampling temperature")->capture_default_str()->check(CLI::Range(1e-6, 1e6));
+  volt::utils::cli::setup(app);
+  app.add_option("--steps", o.steps, "training steps")->capture_default_str()->check(volt::utils::cli::count(0));
+  app.add_option("--batch-size", o.batch_size, "windows per batch")->capture_default_str()->check(volt::utils::cli::count(1));
+  app.add_option("--eval-every", o.eval_every, "validation loss every N steps")->capture_default_str()->check(volt::utils::cli::count(1));
+  app.add_option("--sample", o.sample, "bytes to generate at the end")->capture_default_str()->check(volt::utils::cli::count(0));
+  app.add_option("--temperature", o.temperature, "sampling temperature")->capture_default_str()->check(volt::utils::cli::positive());
   app.add_option("--top-k", o.top_k, "sample among the k likeliest bytes (0: all)")->capture_default_str();
   app.add_option("--prompt", o.prompt, "what the sample starts from")->capture_default_str();
-  app.add_option("--n-layer", o.model.n_layer, "transformer blocks")->capture_default_str()->check(positive);
-  app.add_option("--n-head", o.model.n_head, "attention heads (n-embd must be a multiple)")->capture_default_str()->check(positive);
-  app.add_option("--n-embd", o.model.n_embd, "the model's width")->capture_default_str()->check(positive);
-  app.add_option("--block-size", o.model.block_size, "context length in bytes")->capture_default_str()->check(positive);
+  app.add_option("--n-layer", o.model.n_layer, "transformer blocks")->capture_default_str()->check(volt::utils::cli::count(1));
+  app.add_option("--n-head", o.model.n_head, "attention heads (n-embd must be a multiple)")->capture_default_str()->check(volt::utils::cli::count(1));
+  app.add_option("--n-embd", o.model.n_embd, "the model's width")->capture_default_str()->check(volt::utils::cli::count(1));
+  app.add_option("--block-size", o.model.block_size, "context length in bytes")->capture_default_str()->check(volt::utils::cli::count(1));
   app.add_option("--seed", o.seed, "seed of the model's init, the batches and the sampler")->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "where brown.txt is ($VOLT_DATA_DIR or ~/.cache/volt/brown)")->capture_default_str();
   app.add_option("--device", o.device, "cpu, cuda or lazy (default: cuda when available, else cpu)");
@@ -109,7 +111,7 @@ Options parse_args(int argc, char** argv) {
   app.add_option("--plot", o.plot, "draw the training and validation loss curves into FILE.svg");
   app.add_option("--save", o.save,
                  "keep a checkpoint in DIR at the end: model.safetensors (nanoGPT's names), the optimizer, the position");
-  app.add_option("--save-every", o.save_every, "with --save: a checkpoint every N steps too")->check(positive);
+  app.add_option("--save-every", o.save_every, "with --save: a checkpoint every N steps too")->check(volt::utils::cli::count(1));
   app.add_option("--resume", o.resume, "go on from the checkpoint in DIR (the same flags as the run that saved it)");
   std::string amp;
   app.add_option("--amp", amp,
@@ -118,11 +120,7 @@ Options parse_args(int argc, char** argv) {
                  "dynamic loss scaling (volt::amp::GradScaler)");
   app.add_flag("--distributed", o.distributed,
                "data-parallel under mpirun: each rank trains on its own windows, gradients averaged over ranks");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  volt::utils::cli::parse(app, argc, argv);
   if (eager && app.count("--jit")) usage_error("--eager and --jit exclude each other");
   if (o.prompt.empty()) usage_error("--prompt must not be empty");
   if (o.save_every > 0 && o.save.empty()) usage_error("--save-every needs --save DIR");
@@ -262,14 +260,14 @@ struct Trainer {
 
 // Trains o.steps steps; returns false when the loss stopped being finite.
 bool train(Trainer& t, data::TextWindows& train_set, const std::vector<data::TextBatch>& val, const LossFn& eval_loss,
-           examples::JsonLog& log, examples::Curves& curves) {
+           utils::JsonLog& log, utils::Curves& curves) {
   const Options& o = t.o;
   // Every rank's batch: the tokens of one step of the whole run.
   const double tokens_per_step = double(o.batch_size * t.gpt.config().block_size * (o.distributed ? dist::world_size() : 1));
   train_set.skip(t.start, o.batch_size);  // the batches the steps before the checkpoint drew
   double v = t.lead ? val_loss(t.gpt, eval_loss, val, t.device, o.amp) : 0.0;
   std::printf("step %lld: val loss %.4f\n", (long long)t.start, v);
-  log.write({{"step", t.start}, {"val_loss", v}});
+  log.write("eval", t.start, {{"val_loss", v}});
   curves.accuracy.push_back({double(t.start), v});
   auto t0 = Clock::now();
   int64_t since = 0;
@@ -294,7 +292,7 @@ bool train(Trainer& t, data::TextWindows& train_set, const std::vector<data::Tex
     std::printf("step %lld: train loss %.4f, val loss %.4f, lr %.2e, %.0f tokens/s\n", (long long)i, train_loss, v,
                 t.opt.lr(), rate);
     std::fflush(stdout);
-    log.write({{"step", i}, {"loss", train_loss}, {"val_loss", v}, {"lr", t.opt.lr()}, {"tokens_per_s", rate}});
+    log.write("step", i, {{"loss", train_loss}, {"val_loss", v}, {"lr", t.opt.lr()}, {"tokens_per_s", rate}});
     curves.loss.push_back({double(i), train_loss});
     curves.accuracy.push_back({double(i), v});
     if (checkpoint) t.save(i);
@@ -348,7 +346,8 @@ int main(int argc, char** argv) {
     }
     const std::string path = o.data_dir + "/brown.txt";
     if (!std::filesystem::exists(path)) {
-      std::cerr << "gpt: " << path << " not found: run data/fetch_brown.sh (or pass --data-dir DIR)\n";
+      std::cerr << "gpt: " << path << " not found: run `data/fetch_brown.sh " << o.data_dir
+                << "` to fetch it there (or pass --data-dir DIR)\n";
       return 1;
     }
     const nn::GPTConfig config = o.model;
@@ -383,16 +382,16 @@ int main(int argc, char** argv) {
     if (o.jit && device != kLazy) loss_of = [jitted](const Tensor& x, const Tensor& y) { return (*jitted)({x, y}).at(0); };
     if (o.jit && device != kLazy) print_block_trace(*gpt, device, o.amp);
 
-    examples::JsonLog log;
-    if (!o.log_json.empty()) log = examples::JsonLog(o.log_json);
+    utils::JsonLog log;
+    if (!o.log_json.empty()) log = utils::JsonLog(o.log_json);
     // The compiled step traces the eager model itself; evaluation uses the module jit.
     Trainer trainer(o, *gpt, device, o.step ? eager_loss : loss_of, rank == 0);
-    examples::Curves curves;
+    utils::Curves curves;
     curves.second_title = "validation loss";
     curves.second_xlabel = "step";
     const bool finished = train(trainer, train_set, val, loss_of, log, curves);
     if (!o.plot.empty()) {
-      examples::write_svg(curves, o.plot);
+      utils::write_svg(curves, o.plot);
       std::printf("curves: %s\n", o.plot.c_str());
     }
     if (trainer.compiled)

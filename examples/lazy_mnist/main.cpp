@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <volt/utils/cli.h>
 
 #include <volt/data/dataloader.h>
 #include <volt/data/transforms.h>
@@ -53,22 +54,18 @@ Options parse(int argc, char** argv) {
   CLI::App app{"The Lazy Tensor tutorial's MNIST program (a CNN, Adadelta, StepLR) on volt's lazy device "
                "(lazy_mnist --mlp --help: the Thunder MLP program)",
                "lazy_mnist"};
-  const auto count = CLI::Range(int64_t{1}, int64_t{1} << 40).description("INT >= 1");
-  app.add_option("--epochs", o.epochs, "training epochs")->capture_default_str()->check(count);
+  volt::utils::cli::setup(app);
+  app.add_option("--epochs", o.epochs, "training epochs")->capture_default_str()->check(volt::utils::cli::count(1));
   app.add_option("--data-dir", o.data_dir, "MNIST files (default $VOLT_DATA_DIR or ~/.cache/volt/mnist)");
-  app.add_option("--batch-size", o.batch_size)->capture_default_str()->check(count);
-  app.add_option("--test-batch-size", o.test_batch_size)->capture_default_str()->check(count);
-  app.add_option("--lr", o.lr, "Adadelta's learning rate")->capture_default_str()->check(CLI::Range(1e-12, 1e12).description("X > 0"));
+  app.add_option("--batch-size", o.batch_size)->capture_default_str()->check(volt::utils::cli::count(1));
+  app.add_option("--test-batch-size", o.test_batch_size)->capture_default_str()->check(volt::utils::cli::count(1));
+  app.add_option("--lr", o.lr, "Adadelta's learning rate")->capture_default_str()->check(volt::utils::cli::positive());
   app.add_option("--gamma", o.gamma, "StepLR's factor per epoch")->capture_default_str();
-  app.add_option("--log-interval", o.log_interval, "print the loss every N batches")->capture_default_str()->check(count);
+  app.add_option("--log-interval", o.log_interval, "print the loss every N batches")->capture_default_str()->check(volt::utils::cli::count(1));
   app.add_option("--max-batches", o.max_batches, "stop each epoch after N batches (0: all)")
-      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 40).description("INT >= 0"));
+      ->capture_default_str()->check(volt::utils::cli::count(0));
   app.add_option("--seed", o.seed)->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  volt::utils::cli::parse(app, argc, argv);
   return o;
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <volt/utils/cli.h>
 
 #include <volt/data/dataset.h>
 #include <volt/data/sampler.h>
@@ -47,21 +48,17 @@ struct Options {
 Options parse(int argc, char** argv) {
   Options o;
   CLI::App app{"The Thunder MLP trained on volt's lazy device, one mark_step() per step", "lazy_mnist --mlp"};
-  const auto count = CLI::Range(int64_t{1}, int64_t{1} << 40).description("INT >= 1");
-  app.add_option("--steps", o.steps, "training steps")->capture_default_str()->check(count);
-  app.add_option("--batch-size", o.batch_size)->capture_default_str()->check(count);
-  app.add_option("--log-interval", o.log_interval, "print the loss every N steps")->capture_default_str()->check(count);
-  app.add_option("--lr", o.lr, "Adam learning rate")->capture_default_str()->check(CLI::Range(1e-12, 1e12).description("X > 0"));
+  volt::utils::cli::setup(app);
+  app.add_option("--steps", o.steps, "training steps")->capture_default_str()->check(volt::utils::cli::count(1));
+  app.add_option("--batch-size", o.batch_size)->capture_default_str()->check(volt::utils::cli::count(1));
+  app.add_option("--log-interval", o.log_interval, "print the loss every N steps")->capture_default_str()->check(volt::utils::cli::count(1));
+  app.add_option("--lr", o.lr, "Adam learning rate")->capture_default_str()->check(volt::utils::cli::positive());
   app.add_option("--seed", o.seed)->capture_default_str();
   app.add_flag("--synthetic", o.synthetic, "random images and labels instead of MNIST");
   app.add_flag("--compare", o.compare, "also train eagerly and with volt::jit; print steps/s of each");
-  app.add_option("--rounds", o.rounds, "--compare: rounds per mode, the best counts")->capture_default_str()->check(count);
+  app.add_option("--rounds", o.rounds, "--compare: rounds per mode, the best counts")->capture_default_str()->check(volt::utils::cli::count(1));
   app.add_flag("--print-graph", o.print_graph, "print the compiled step graph after fusion");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  volt::utils::cli::parse(app, argc, argv);
   return o;
 }
 

@@ -26,8 +26,8 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <volt/utils/cli.h>
 
-#include "common/training_log.h"
 #include <volt/jit/autocast.h>
 #include <volt/jit/jit.h>
 #include <volt/jit/step/step.h>
@@ -48,6 +48,9 @@
 #include <volt/tensor/dispatch.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
+#include <volt/utils/curves.h>
+#include <volt/utils/json_log.h>
+#include <volt/utils/progress.h>
 
 using namespace volt;
 using Clock = std::chrono::steady_clock;
@@ -78,10 +81,11 @@ struct Options {
 Options parse_args(int argc, char** argv) {
   Options o;
   CLI::App app{"Trains torchvision's MLP on MNIST with volt (Thunder's MNIST tutorial in C++)", "mnist_mlp"};
-  app.add_option("--epochs", o.epochs, "training epochs")->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 40).description("INT >= 0"));
+  volt::utils::cli::setup(app);
+  app.add_option("--epochs", o.epochs, "training epochs")->capture_default_str()->check(volt::utils::cli::count(0));
   app.add_option("--batch-size", o.batch_size, "batch size for training and evaluation")
-      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 40).description("INT >= 1"));
-  app.add_option("--lr", o.lr, "Adam learning rate")->capture_default_str()->check(CLI::Range(1e-12, 1e12).description("X > 0"));
+      ->capture_default_str()->check(volt::utils::cli::count(1));
+  app.add_option("--lr", o.lr, "Adam learning rate")->capture_default_str()->check(volt::utils::cli::positive());
   app.add_option("--seed", o.seed, "seed of the global generator and of the sampler")->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "MNIST files ($VOLT_DATA_DIR or ~/.cache/volt/mnist)")
       ->capture_default_str();
@@ -106,11 +110,7 @@ Options parse_args(int argc, char** argv) {
   app.add_flag("--distributed", o.distributed,
                "data-parallel training under mpirun: each rank trains on its share of every epoch with "
                "--batch-size, so the global batch is ranks x batch size; rank 0 alone prints, evaluates and saves");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  volt::utils::cli::parse(app, argc, argv);
   o.jit = !eager;
   o.step = o.jit && jit_kind == "step";
   if (eager && app.count("--jit")) usage_error("--eager and --jit exclude each other");
@@ -144,15 +144,15 @@ double seconds_since(Clock::time_point t0) {
 
 // What a run leaves behind besides its printed lines (--log-json, --plot).
 struct Record {
-  examples::JsonLog log;
-  examples::Curves curves;
+  utils::JsonLog log;
+  utils::Curves curves;
 };
 
 // Returns the accuracy in %, with a progress line while it runs.
 double evaluate(const ModelFn& model, data::DataLoader& loader, Device device, std::optional<DType> amp) {
   NoGradGuard no_grad;
   AutocastGuard mixed(amp);
-  examples::Progress progress("eval", loader.size());
+  utils::Progress progress("eval", loader.size());
   int64_t correct = 0, total = 0, batches = 0;
   for (const auto& [x, y] : loader) {
     Tensor guesses = model(x.to(device)).argmax(1);
@@ -214,7 +214,7 @@ bool train(const ModelFn& model, nn::Module& net, data::DataLoader& loader, cons
     const int64_t skip = epoch == start.epoch ? start.step : 0;
     std::printf("epoch %lld/%lld: %lld steps of batch %lld\n", (long long)epoch, (long long)o.epochs,
                 (long long)per_epoch, (long long)o.batch_size);
-    examples::Progress progress("train", per_epoch - skip);
+    utils::Progress progress("train", per_epoch - skip);
     const auto t0 = Clock::now();
     double loss_sum = 0;
     int64_t step = 0, trained = 0;
@@ -239,9 +239,10 @@ bool train(const ModelFn& model, nn::Module& net, data::DataLoader& loader, cons
       ++trained;
       progress.update(trained, loss_sum / trained);
       const double global = double((epoch - 1) * per_epoch + step);
-      if (record.log.enabled() && (step % 100 == 0 || step == per_epoch)) {
-        record.log.write({{"step", step}, {"epoch", epoch}, {"loss", value}, {"mean_loss", loss_sum / trained},
-                          {"lr", optimizer.lr()}, {"steps_per_s", trained / std::max(seconds_since(t0), 1e-9)}});
+      if (record.log.enabled()) {
+        record.log.step(int64_t(global), {{"epoch", epoch}, {"loss", value}, {"mean_loss", loss_sum / trained},
+                          {"lr", optimizer.lr()}, {"steps_per_s", trained / std::max(seconds_since(t0), 1e-9)}},
+                        /*force=*/step == per_epoch);
       }
       if (step % 10 == 0 || step == per_epoch) record.curves.loss.push_back({global, loss_sum / trained});
     }
@@ -251,7 +252,7 @@ bool train(const ModelFn& model, nn::Module& net, data::DataLoader& loader, cons
                 loss_sum / std::max<int64_t>(trained, 1));
     const double accuracy = lead ? after_epoch() : 0.0;
     record.curves.accuracy.push_back({double(epoch), accuracy});
-    record.log.write({{"epoch", epoch}, {"accuracy", accuracy}, {"seconds", seconds},
+    record.log.write("epoch", (epoch - 1) * per_epoch + step, {{"epoch", epoch}, {"accuracy", accuracy}, {"seconds", seconds},
                       {"mean_loss", loss_sum / std::max<int64_t>(trained, 1)}});
     if (!o.save.empty() && lead) {
       nn::save_checkpoint(o.save, net, optimizer, {epoch + 1, 0});
@@ -330,7 +331,7 @@ int main(int argc, char** argv) {
     if (rank == 0) evaluate(eval_model, test_loader, device, o.amp);
 
     Record record;
-    if (!o.log_json.empty() && rank == 0) record.log = examples::JsonLog(o.log_json);
+    if (!o.log_json.empty() && rank == 0) record.log = utils::JsonLog(o.log_json, 100);
     // Each epoch ends with an evaluation (the last one is the seed's final one).
     auto after_epoch = [&] {
       net->eval().requires_grad_(false);
@@ -350,7 +351,7 @@ int main(int argc, char** argv) {
       evaluate(eval_model, test_loader, device, o.amp);
     }
     if (!o.plot.empty()) {
-      examples::write_svg(record.curves, o.plot);
+      utils::write_svg(record.curves, o.plot);
       std::printf("curves: %s\n", o.plot.c_str());
     }
     if (!o.jit) return finished ? 0 : 1;

@@ -244,7 +244,7 @@ TEST_CASE("MNIST: missing files, mismatched counts and impossible labels are err
   TempDir dir;
   auto msg = error_of([&] { data::MNIST(dir.path.string(), true); });
   CHECK(contains(msg, "neither " + dir / "train-images-idx3-ubyte"));
-  CHECK(contains(msg, "fetch_mnist.sh"));
+  CHECK(contains(msg, "`data/fetch_mnist.sh " + dir.path.string() + "`"));  // the command that fetches it there
 
   write_fake_mnist(dir);
   write_raw(dir / "t10k-labels-idx1-ubyte", idx_bytes({3}, {7, 2, 1}));

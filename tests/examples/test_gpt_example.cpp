@@ -10,8 +10,11 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include <volt/nn/serialize.h>
 
@@ -34,7 +37,9 @@ TEST_CASE("examples: gpt trains a few steps in each mode and samples from the pr
   for (const std::string mode : {"--device cpu --eager", "--device cpu --jit module", "--device cpu --jit step", "--device lazy"}) {
     CAPTURE(mode);
     const bool step = mode.find("step") != std::string::npos;
-    Run r = run(common + mode + (step ? " --save " + (dir / "ckpt").string() + " --plot " + (dir / "curves.svg").string() : ""));
+    Run r = run(common + mode + (step ? " --save " + (dir / "ckpt").string() + " --plot " + (dir / "curves.svg").string() +
+                                               " --log-json " + (dir / "log.jsonl").string()
+                                         : ""));
     INFO(r.out);
     CHECK(r.status == 0);
     CHECK(r.out.find("(lm_head): Linear(in_features=48, out_features=256, bias=False)") != std::string::npos);
@@ -54,6 +59,21 @@ TEST_CASE("examples: gpt trains a few steps in each mode and samples from the pr
   size_t lines = 0;
   for (size_t at = drawn.find("<polyline"); at != std::string::npos; at = drawn.find("<polyline", at + 1)) ++lines;
   CHECK(lines == 2);
+  // --log-json: the evaluation before training, then a "step" record at each evaluation (steps 2 and 3).
+  std::ifstream log(dir / "log.jsonl");
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(log, line);) records.push_back(nlohmann::json::parse(line));
+  REQUIRE(records.size() == 3);
+  const char* types[] = {"eval", "step", "step"};
+  const int steps[] = {0, 2, 3};
+  for (int i = 0; i < 3; ++i) {
+    CHECK(records[i]["type"] == types[i]);
+    CHECK(records[i]["step"] == steps[i]);
+    CHECK(records[i]["time"].get<double>() > 1.7e9);  // seconds since 1970: after 2023
+    CHECK(records[i]["val_loss"].is_number());
+  }
+  CHECK(records[2]["loss"].is_number());
+  CHECK(records[2]["tokens_per_s"].get<double>() > 0);
   auto saved = volt::nn::load_tensors((dir / "ckpt" / "model.safetensors").string());
   bool head = false;
   for (auto& [n, t] : saved) head = head || n == "lm_head.weight";
@@ -108,5 +128,5 @@ TEST_CASE("examples: gpt --save-every without --save, and --distributed on the l
 TEST_CASE("examples: gpt without brown.txt says how to fetch it") {
   Run r = run("--data-dir /nonexistent-volt-dir --device cpu --steps 1");
   CHECK(r.status == 1);
-  CHECK(r.out.find("data/fetch_brown.sh") != std::string::npos);
+  CHECK(r.out.find("`data/fetch_brown.sh /nonexistent-volt-dir`") != std::string::npos);
 }
