@@ -20,6 +20,7 @@
 #include <volt/tensor/storage.h>
 
 #include "cuda/skip_without_gpu.h"
+#include "jit/step/eager_step.h"
 #include "tensor/reference.h"
 
 using namespace volt;
@@ -32,15 +33,6 @@ const Device kGPU = Device::cuda(0);
 std::shared_ptr<nn::MLP> make_net() {
   manual_seed(7);
   return std::make_shared<nn::MLP>(20, std::vector<int64_t>{32, 16, 5}, true, 0.25);
-}
-
-template <class Opt>
-Tensor train_step(nn::MLP& net, Opt& opt, const Tensor& x, const Tensor& y) {
-  Tensor loss = nn::functional::cross_entropy(net(x), y);
-  opt.zero_grad();
-  loss.backward();
-  opt.step();
-  return loss;
 }
 
 struct Run {
@@ -56,7 +48,7 @@ Run run_compiled(Device device, int steps, bool graph) {
   auto net = make_net();
   net->to(device);
   nn::Adam opt(net->parameters(), {.lr = 1e-2});
-  auto step = jit::compile_step([&](const Tensor& x, const Tensor& y) { return train_step(*net, opt, x, y); },
+  auto step = jit::compile_step([&](const Tensor& x, const Tensor& y) { return volt::testing::eager_step(*net, opt, x, y); },
                                 {.state = {*net, opt}, .cuda_graph = graph});
   manual_seed(99);
   std::vector<Tensor> xs, ys;
@@ -135,7 +127,7 @@ TEST_CASE("cuda: a replayed step is one graph launch, with no allocation and no 
   auto net = make_net();
   net->to(kGPU);
   nn::Adam opt(net->parameters(), {.lr = 1e-3});
-  auto step = jit::compile_step([&](const Tensor& x, const Tensor& y) { return train_step(*net, opt, x, y); },
+  auto step = jit::compile_step([&](const Tensor& x, const Tensor& y) { return volt::testing::eager_step(*net, opt, x, y); },
                                 {.state = {*net, opt}, .reuse_outputs = true});
   Tensor x = Tensor::randn({8, 20}).to(kGPU), y = Tensor::randint(0, 5, {8}).to(kGPU);
   step(x, y);
@@ -167,7 +159,7 @@ TEST_CASE("cuda: a class index out of range in a replayed step is reported at th
   auto net = make_net();
   net->to(kGPU);
   nn::SGD opt(net->parameters(), {.lr = 0.1});
-  auto step = jit::compile_step([&](const Tensor& x, const Tensor& y) { return train_step(*net, opt, x, y); },
+  auto step = jit::compile_step([&](const Tensor& x, const Tensor& y) { return volt::testing::eager_step(*net, opt, x, y); },
                                 {.state = {*net, opt}});
   Tensor x = Tensor::randn({8, 20}).to(kGPU), y = Tensor::randint(0, 5, {8}).to(kGPU);
   step(x, y);
