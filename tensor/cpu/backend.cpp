@@ -3,7 +3,9 @@
 // copy.cpp, random.cpp, reductions.cpp, cross_entropy.cpp, matmul.cpp (GEMMs),
 // windows.cpp and convolution.cpp; the loops run on volt's pool (threads.h).
 #include <cstdlib>
+#include <list>
 #include <mutex>
+#include <sys/mman.h>
 #include <unordered_map>
 #include <xmmintrin.h>
 #include <pmmintrin.h>
@@ -11,6 +13,7 @@
 #include <volt/tensor/backend.h>
 #include <volt/tensor/cpu/half.h>
 #include <volt/tensor/cpu/kernels.h>
+#include <volt/tensor/memory_stats.h>
 #include <volt/tensor/op_table.h>
 
 namespace volt {
@@ -18,36 +21,47 @@ namespace {
 
 // Blocks from this size up are kept for reuse when their tensor dies.
 constexpr size_t kLargeBlock = size_t(1) << 16;
-// At most this many bytes wait in the cache; beyond it blocks go back to the system.
+// At most this many bytes wait in the cache; beyond it the oldest go back to the system.
 constexpr size_t kLargeCacheLimit = size_t(1) << 30;
 
 // A training step frees and allocates the same large tensors every step (the
 // gradients, the activations of a big batch).  Fresh memory from the system
 // costs a page fault and a zeroed page per 4 KiB, so freed large blocks are kept
 // by exact size and handed out again; small blocks go through malloc.
+//
+// A request the cache cannot serve (a new size) first gives back the blocks
+// that waited longest, at least as many bytes as it asks for: memory held by
+// the process (in use plus cached) does not grow while the cache holds blocks
+// nobody asks for.  Without that, a loop whose shapes change every iteration
+// (a model generating a token at a time, its context one longer each time)
+// would keep one block of every size it ever used.  Blocks are mapped from the
+// system directly, so a block given back leaves the process's memory at once.
 class LargeBlockCache {
  public:
   // n: a multiple of 64 and >= kLargeBlock; nbytes: what the caller asked for.
   void* allocate(size_t n, size_t nbytes) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (auto it = free_.find(n); it != free_.end()) {
-        void* p = it->second;
-        free_.erase(it);
-        cached_bytes_ -= n;
-        live_[p] = n;
-        return p;
-      }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = by_size_.find(n); it != by_size_.end()) {
+      void* p = it->second->p;
+      oldest_.erase(it->second);
+      by_size_.erase(it);
+      cached_bytes_ -= n;
+      live_[p] = n;
+      return p;
     }
-    void* p = std::aligned_alloc(64, n);
-    if (!p) {  // give the cached blocks back and try once more
-      trim();
-      p = std::aligned_alloc(64, n);
+    evict_until(n);
+    void* p = map(n);
+    if (!p) {  // give every cached block back and try once more
+      evict_until(SIZE_MAX);
+      p = map(n);
     }
     VOLT_CHECK(p != nullptr, "allocate", "out of memory allocating " << nbytes << " bytes on the CPU");
-    std::lock_guard<std::mutex> lock(mutex_);
     live_[p] = n;
     return p;
+  }
+  size_t cached_bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cached_bytes_;
   }
   // Returns false when p is not a large block (the caller frees it).
   bool release(void* p) {
@@ -56,27 +70,53 @@ class LargeBlockCache {
     if (it == live_.end()) return false;
     const size_t n = it->second;
     live_.erase(it);
-    if (cached_bytes_ + n > kLargeCacheLimit) {
-      std::free(p);
-    } else {
-      free_.emplace(n, p);
-      cached_bytes_ += n;
-    }
+    if (cached_bytes_ + n > kLargeCacheLimit) evict_until(cached_bytes_ + n - kLargeCacheLimit);
+    oldest_.push_back({n, p});
+    by_size_.emplace(n, std::prev(oldest_.end()));
+    cached_bytes_ += n;
     return true;
-  }
-  void trim() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& [n, p] : free_) std::free(p);
-    free_.clear();
-    cached_bytes_ = 0;
   }
 
  private:
+  struct Block {
+    size_t n;
+    void* p;
+  };
+  static size_t mapped_size(size_t n) { return (n + 4095) / 4096 * 4096; }
+  static void* map(size_t n) {
+    void* p = ::mmap(nullptr, mapped_size(n), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
+  }
+  // Gives back the longest-waiting cached blocks until `bytes` were freed or none is left.
+  void evict_until(size_t bytes) {
+    size_t freed = 0;
+    while (freed < bytes && !oldest_.empty()) {
+      const Block b = oldest_.front();
+      auto range = by_size_.equal_range(b.n);
+      for (auto it = range.first; it != range.second; ++it)
+        if (it->second == oldest_.begin()) {
+          by_size_.erase(it);
+          break;
+        }
+      oldest_.pop_front();
+      ::munmap(b.p, mapped_size(b.n));
+      cached_bytes_ -= b.n;
+      freed += b.n;
+    }
+  }
+
   std::mutex mutex_;
-  std::unordered_map<void*, size_t> live_;      // handed out: block -> size
-  std::unordered_multimap<size_t, void*> free_;  // kept: size -> block
+  std::unordered_map<void*, size_t> live_;  // handed out: block -> size
+  std::list<Block> oldest_;                 // kept, the longest-waiting first
+  std::unordered_multimap<size_t, std::list<Block>::iterator> by_size_;  // kept: size -> its place in oldest_
   size_t cached_bytes_ = 0;
 };
+
+// Never destroyed: tensors held by static objects may die after the backend.
+LargeBlockCache& large_blocks() {
+  static LargeBlockCache* cache = new LargeBlockCache;
+  return *cache;
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -140,8 +180,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  // Never destroyed: tensors held by static objects may die after the backend.
-  LargeBlockCache& large_ = *new LargeBlockCache;
+  LargeBlockCache& large_ = large_blocks();
 };
 
 // Subnormal floats make arithmetic on x86 several times slower, and Adam's
@@ -163,4 +202,7 @@ struct Registrar {
 } g_registrar;
 
 }  // namespace
+
+uint64_t cpu_cached_bytes() { return large_blocks().cached_bytes(); }
+
 }  // namespace volt
