@@ -46,6 +46,13 @@ sim=build/tests/libvolt_cudasim.so
 if [ -f "$sim" ]; then
   say "the CUDA tests on the simulated GPU (tests/cudasim)"
   export VOLT_KERNEL_CACHE="$PWD/build/cudasim-kernels"
+  # The simulator's kernels take seconds each to build with the host compiler:
+  # a copy kept outside the clone seeds a fresh build's cache (each entry is
+  # keyed by its full source and toolchain and checked before it is loaded).
+  kept="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/volt/cudasim-kernels"
+  if [ -d "$kept" ] && [ ! -d "$VOLT_KERNEL_CACHE" ]; then
+    mkdir -p -m 700 "$VOLT_KERNEL_CACHE" && cp -p -r "$kept"/. "$VOLT_KERNEL_CACHE"/ 2>/dev/null || true
+  fi
   LD_PRELOAD="$PWD/$sim" ./build/tests/volt_tests \
     -tc='cuda: *,cuda child*,lazy: the CUDA backend*,eigen_linear*' -tce='cuda: every elementwise op*'
   if [ -x build/bench/volt_bench ]; then
@@ -59,6 +66,7 @@ if [ -f "$sim" ]; then
   tests/gpu/check.sh "$gpu_tmp/pack" "$gpu_tmp/out" --dry-run >/dev/null ||
     { cat "$gpu_tmp/out/report.md" "$gpu_tmp/out/log.txt" >&2; exit 1; }
   rm -rf "$gpu_tmp"
+  mkdir -p -m 700 "$kept" && cp -p -r "$VOLT_KERNEL_CACHE"/. "$kept"/ 2>/dev/null || true
 fi
 # The whole suite again under AddressSanitizer and UndefinedBehaviorSanitizer
 # (tests/sanitize.sh, its own build-asan folder); VOLT_SANITIZE=0 skips it.

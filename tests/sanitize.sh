@@ -20,13 +20,18 @@ flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-po
 if [ -f build-asan/CMakeCache.txt ] && ! grep -q '^VOLT_CONSUME:' build-asan/CMakeCache.txt; then
   rm -rf build-asan  # made by an older version of this script, as a top-level build
 fi
+launcher=${CMAKE_CXX_COMPILER_LAUNCHER:-}
+if [ -z "$launcher" ] && [ "${VOLT_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1 CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime  # objects shared between clones (setup.sh)
+  launcher=ccache
+fi
 if [ ! -f build-asan/CMakeCache.txt ]; then
   cmake -S tests/package -B build-asan -DVOLT_CONSUME=subdirectory -DVOLT_SOURCE_DIR="$PWD" -DVOLT_BUILD_TESTS=ON \
     -DCMAKE_BUILD_TYPE=None -DVOLT_NATIVE=OFF \
     -DCMAKE_CXX_FLAGS="$flags" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
     -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
-    ${CMAKE_CXX_COMPILER_LAUNCHER:+-DCMAKE_CXX_COMPILER_LAUNCHER=$CMAKE_CXX_COMPILER_LAUNCHER} >/dev/null
+    ${launcher:+-DCMAKE_CXX_COMPILER_LAUNCHER=$launcher} >/dev/null
 fi
 # Only what the tests run: the examples and the benchmark are left out.
 cmake --build build-asan -j "$(nproc 2>/dev/null || echo 2)" --target volt_tests consumer
