@@ -62,8 +62,10 @@ std::vector<Tensor> whole_composite_vjp(const OpCall& c, const Tensor& g) {
   const Attrs& at = c.attrs;
   if (c.op == OpId::cross_entropy)
     return {cross_entropy_backward(g, arg(c, 0), arg(c, 1), cross_entropy_options(at)), Tensor()};
+  // With dropout, the forward's counters: the backward draws its mask again.
   return scaled_dot_product_attention_backward(g, arg(c, 0), arg(c, 1), arg(c, 2),
-                                               {.causal = at.flag, .scale = at.a, .dropout_p = at.b});
+                                               {.causal = at.flag, .scale = at.a, .dropout_p = at.b},
+                                               {at.seed, at.offset});
 }
 
 }  // namespace

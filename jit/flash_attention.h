@@ -8,13 +8,17 @@
 // in the forward (t13: each query row's log-sum-exp, saved for backward) and
 // `flash_attention_backward(...)` in the backward, where the decomposition's
 // matmul / masked_fill / softmax / dropout / matmul prims would otherwise be.
-// compile_step and the lazy device record attention without dropout as one op
-// and its gradient as scaled_dot_product_attention_backward, which flash runs
-// as its forward again (for the log-sum-exp) and its backward; with dropout
-// they record the prims (tensor/attention.h, attention_runs_whole).
+// compile_step and the lazy device record attention as one op and its
+// gradient as scaled_dot_product_attention_backward, which flash runs as its
+// forward again (for the log-sum-exp) and its backward (tensor/attention.h,
+// attention_runs_whole).
 // Dropout draws the same Philox counters as the decomposition's: rng_offset is
 // where the op's draws start among the program's (the tracer records it on the
-// composite), and the program's seed and offset are added when it runs.
+// composite; the lazy device, relative to its graph's first draw), and the
+// program's seed and offset are added when it runs.  The backward op carries
+// its forward's rng_offset and draws that mask again.  In a step captured as a
+// CUDA graph the kernels read the seed and offset from the graph's Philox word,
+// so every replay draws a new mask.
 //
 // To compare with the decomposition, take it out of the defaults before
 // making the jit (and put it back after):

@@ -35,7 +35,8 @@ class Tracer final : public DispatchMode {
     }
     if (!is_prim(call)) {
       // Where its draws start, for an executor that runs it whole (jit/flash_attention.h).
-      call.attrs.offset = rng_total_;
+      // Attention's backward draws nothing: its offset is its forward's, whose mask it replays.
+      if (call.op != OpId::scaled_dot_product_attention_backward) call.attrs.offset = rng_total_;
       BoundSymbol b;
       b.call = call;
       b.scope = current_scope();
@@ -47,9 +48,11 @@ class Tracer final : public DispatchMode {
       return outs;
     }
     if (op_info(call.op).kind == OpKind::Random) {
-      // Counters are relative to the generator state when the program runs.
-      call.attrs.offset = rng_total_;
-      rng_total_ += static_cast<uint64_t>(shape_numel(call.attrs.ints));
+      // Counters are relative to the generator state when the program runs; a
+      // draw placed by its caller (tensor/ops.h, uniform_philox) keeps its own.
+      const uint64_t n = static_cast<uint64_t>(shape_numel(call.attrs.ints));
+      if (call.attrs.rng_slot < 0) call.attrs.offset = rng_total_;
+      rng_total_ = std::max(rng_total_, call.attrs.offset + n);
     }
     std::vector<Tensor> outs;
     for (const TensorMeta& m : infer_meta(call)) outs.push_back(names_.make(m, &names_));

@@ -63,6 +63,16 @@ Tensor attention_weights(const Tensor& q, const Tensor& k, const Attrs& at) {
   return softmax(att, -1);
 }
 
+// The dropout mask scaled by 1 / (1 - p), as `dropout` makes it (bf16 and f16
+// draw in f32), from the counters the call names: under a tracer relative to
+// the program's draws, where the tracer placed the op (or its forward).
+Tensor scaled_mask(const Tensor& att, const Attrs& at) {
+  const double keep = 1.0 - at.b;
+  const DType draw = is_half(att.dtype()) ? DType::f32 : att.dtype();
+  Tensor u = uniform_philox(att.sizes(), 0.0, 1.0, draw, att.device(), at.seed, at.offset);
+  return mul(convert_element_type(lt(u, keep), att.dtype()), keep > 0 ? 1.0 / keep : 0.0);
+}
+
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -73,11 +83,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 }
 
 std::vector<Tensor> scaled_dot_product_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
-                                                          const Tensor& v, const AttentionOptions& options) {
+                                                          const Tensor& v, const AttentionOptions& options,
+                                                          const PhiloxState& mask) {
   const char* op = "scaled_dot_product_attention_backward";
   check_attention_inputs(q, k, v, op);
-  const Attrs at = attention_attrs(q, options, op);
-  VOLT_CHECK(at.b == 0, op, "takes no dropout (its mask is the forward's draw), got dropout_p=" << at.b);
+  Attrs at = attention_attrs(q, options, op);
+  at.seed = mask.seed;
+  at.offset = mask.offset;
   const Shape want{q.sizes()[0], q.sizes()[1], q.sizes()[2], v.sizes()[3]};
   VOLT_CHECK(grad_out.defined() && grad_out.sizes() == want && grad_out.dtype() == q.dtype(), op,
              "expected the output's gradient " << dtype_name(q.dtype()) << shape_str(want) << ", got "
@@ -86,8 +98,16 @@ std::vector<Tensor> scaled_dot_product_attention_backward(const Tensor& grad_out
 }
 
 bool attention_runs_whole(const OpCall& call) {
-  return (call.op == OpId::scaled_dot_product_attention || call.op == OpId::scaled_dot_product_attention_backward) &&
-         call.attrs.b == 0;
+  return call.op == OpId::scaled_dot_product_attention || call.op == OpId::scaled_dot_product_attention_backward;
+}
+
+bool attention_draws(const OpCall& call) { return call.op == OpId::scaled_dot_product_attention && call.attrs.b > 0; }
+
+uint64_t attention_mask_counters(const OpCall& call) {
+  const bool backward = call.op == OpId::scaled_dot_product_attention_backward;
+  const Shape& q = call.args.at(backward ? 1 : 0).tensor.sizes();
+  const Shape& k = call.args.at(backward ? 2 : 1).tensor.sizes();
+  return static_cast<uint64_t>(q.at(0) * q.at(1) * q.at(2) * k.at(2));
 }
 
 std::vector<TensorMeta> attention_meta(const OpCall& call) {
@@ -111,12 +131,14 @@ Tensor attention_decomposition(const OpCall& call) {
   const Tensor& v = call.args.at(2).tensor;
   check_attention_inputs(q, k, v, "scaled_dot_product_attention");
   Tensor att = attention_weights(q, k, call.attrs);
-  if (call.attrs.b > 0) att = dropout(att, call.attrs.b, true);
+  if (call.attrs.b > 0)  // eagerly from the global generator, as `dropout` draws
+    att = current_mode() == nullptr ? dropout(att, call.attrs.b, true) : mul(att, scaled_mask(att, call.attrs));
   return matmul(att, v);
 }
 
-// (g, q, k, v) -> {dq, dk, dv} with P the weights, recomputed:
-//   dv = P^T g,  dP = g v^T,  dS = P o (dP - rowsum(dP o P)),  dq = dS k scale,  dk = dS^T q scale
+// (g, q, k, v) -> {dq, dk, dv} with P the weights, recomputed, and M the
+// forward's dropout mask scaled by 1 / (1 - p), drawn again (1 without dropout):
+//   dv = (P o M)^T g,  dP = (g v^T) o M,  dS = P o (dP - rowsum(dP o P)),  dq = dS k scale,  dk = dS^T q scale
 std::vector<Tensor> attention_backward_decomposition(const OpCall& call) {
   const Tensor& g = call.args.at(0).tensor;
   const Tensor& q = call.args.at(1).tensor;
@@ -124,8 +146,10 @@ std::vector<Tensor> attention_backward_decomposition(const OpCall& call) {
   const Tensor& v = call.args.at(3).tensor;
   check_attention_inputs(q, k, v, "scaled_dot_product_attention_backward");
   Tensor p = attention_weights(q, k, call.attrs);
-  Tensor dv = matmul(p.transpose(2, 3), g);
+  Tensor m = call.attrs.b > 0 ? scaled_mask(p, call.attrs) : Tensor();
+  Tensor dv = matmul((m.defined() ? mul(p, m) : p).transpose(2, 3), g);
   Tensor dp = matmul(g, v.transpose(2, 3));
+  if (m.defined()) dp = mul(dp, m);
   Tensor ds = mul(p, sub(dp, sum(mul(dp, p), {3}, true)));
   return {mul(matmul(ds, k), call.attrs.a), mul(matmul(ds.transpose(2, 3), q), call.attrs.a), dv};
 }

@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include <volt/tensor/random.h>
 #include <volt/tensor/tensor.h>
 
 namespace volt {
@@ -29,14 +30,20 @@ struct AttentionOptions {
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionOptions& options = {});
 
-// The gradients {dq, dk, dv} of the op without dropout, as one op: the VJP
-// rule where the op was recorded whole (compile_step), which the flash
-// executor runs tiled.  Its decomposition recomputes the weights as prims.
+// The gradients {dq, dk, dv} as one op: the VJP rule where the op was
+// recorded whole (compile_step, the lazy device), which the flash executor
+// runs tiled.  Its decomposition recomputes the weights as prims.  With
+// dropout, `mask` is where the forward drew its mask (the forward call's
+// attrs.seed and attrs.offset: absolute on the lazy device, relative to the
+// program's draws under a tracer); the backward draws it again, nothing new.
 std::vector<Tensor> scaled_dot_product_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
-                                                          const Tensor& v, const AttentionOptions& options);
+                                                          const Tensor& v, const AttentionOptions& options,
+                                                          const PhiloxState& mask = {});
 
 // The decompositions into prims (what eager mode runs).  The calls'
-// attributes: flag = causal, a = scale (resolved), b = dropout_p.
+// attributes: flag = causal, a = scale (resolved), b = dropout_p, seed and
+// offset = where the dropout mask is drawn (eagerly, without a tracer, the
+// forward draws from the global generator instead).
 Tensor attention_decomposition(const OpCall& call);
 std::vector<Tensor> attention_backward_decomposition(const OpCall& call);
 
@@ -59,11 +66,15 @@ std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, co
 std::vector<Tensor> flash_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                              const Tensor& v, const Tensor& out, const Tensor& lse,
                                              const FlashParams& p);
-// Attention without dropout is recorded as one op where it can run as one
-// (the lazy device, compile_step's tape): the flash executor then takes it
-// whole, or the claim pass opens it into its prims.  With dropout its prims
-// are recorded: the mask is a draw its backward must see.
+// Attention is recorded as one op where it can run as one (the lazy device,
+// compile_step's tape): the flash executor then takes it whole, or the claim
+// pass opens it into its prims.  With dropout the call carries where its mask
+// is drawn (attrs.seed, attrs.offset), which its backward draws again.
 bool attention_runs_whole(const OpCall& call);
+// Whether the call is attention's forward with dropout: it draws
+// attention_mask_counters(call) Philox counters, one per weight (B H L S).
+bool attention_draws(const OpCall& call);
+uint64_t attention_mask_counters(const OpCall& call);
 // The outputs of such a call: {out} for the op, {dq, dk, dv} for its backward.
 std::vector<TensorMeta> attention_meta(const OpCall& call);
 

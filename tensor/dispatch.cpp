@@ -286,8 +286,16 @@ std::vector<Tensor> run_eager(const OpCall& call) {
   }
   if (!is_prim(call.op)) {
     if (g_lazy_handler && on_lazy(call) && attention_runs_whole(call)) {
-      std::vector<Tensor> outs = g_lazy_handler(call);  // one node; autograd has its rule
-      if (needs_grad(call)) g_grad_hook(call, outs);
+      // One node; autograd has its rule.  Its dropout mask takes its counters
+      // now, as the decomposition's draw would: the same mask as eager mode's.
+      OpCall node = call;
+      if (attention_draws(node)) {
+        const PhiloxState st = rng_reserve(attention_mask_counters(node));
+        node.attrs.seed = st.seed;
+        node.attrs.offset = st.offset;
+      }
+      std::vector<Tensor> outs = g_lazy_handler(node);
+      if (needs_grad(node)) g_grad_hook(node, outs);
       return outs;
     }
     if (DType half = DType::f32; half_composite(call, half)) return decompose_in_f32(call, half);

@@ -38,7 +38,7 @@ struct Attrs {
   Device device;              // full, uniform
   bool flag = false;          // reductions: keepdim; dropout: training
   uint64_t seed = 0, offset = 0;  // uniform: Philox key and first counter
-  int64_t rng_slot = -1;          // uniform under a tracer: which draw of the program
+  int64_t rng_slot = -1;          // uniform: 0 if `offset` is the caller's (tensor/ops.h), -1 if a tracer's
   int64_t custom = -1;            // custom: which registered op (tensor/custom_op.h)
 };
 

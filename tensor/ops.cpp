@@ -76,8 +76,10 @@ Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   return call1(OpId::full, {}, at);
 }
 
-Tensor uniform_philox(const Shape& shape, double low, double high, DType dtype, Device device,
-                      uint64_t seed, uint64_t offset) {
+namespace {
+
+Tensor uniform_call(const Shape& shape, double low, double high, DType dtype, Device device, uint64_t seed,
+                    uint64_t offset, bool fixed) {
   Attrs at;
   at.ints = shape;
   at.a = low;
@@ -86,15 +88,23 @@ Tensor uniform_philox(const Shape& shape, double low, double high, DType dtype, 
   at.device = device;
   at.seed = seed;
   at.offset = offset;
+  at.rng_slot = fixed ? 0 : -1;
   return call1(OpId::uniform, {}, at);
+}
+
+}  // namespace
+
+Tensor uniform_philox(const Shape& shape, double low, double high, DType dtype, Device device,
+                      uint64_t seed, uint64_t offset) {
+  return uniform_call(shape, low, high, dtype, device, seed, offset, true);
 }
 
 Tensor uniform(const Shape& shape, double low, double high, DType dtype, Device device) {
   // Under a tracer the draw's counters are assigned when the program runs, so the
   // global generator is left alone here; eagerly they are reserved now.
-  if (current_mode() != nullptr) return uniform_philox(shape, low, high, dtype, device, 0, 0);
+  if (current_mode() != nullptr) return uniform_call(shape, low, high, dtype, device, 0, 0, false);
   PhiloxState st = rng_reserve(static_cast<uint64_t>(shape_numel(shape)));
-  return uniform_philox(shape, low, high, dtype, device, st.seed, st.offset);
+  return uniform_call(shape, low, high, dtype, device, st.seed, st.offset, false);
 }
 
 Tensor reshape(const Tensor& a, const Shape& shape) {

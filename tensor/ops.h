@@ -48,7 +48,7 @@ Tensor convert_element_type(const Tensor& a, DType dtype);
 Tensor full(const Shape& shape, double value, DType dtype, Device device);
 // U[low, high) from Philox; seed/offset taken from the global generator.
 Tensor uniform(const Shape& shape, double low, double high, DType dtype, Device device);
-// U[low, high) for an explicit Philox key and first counter.
+// U[low, high) for a given Philox key and first counter (a tracer keeps it, relative to its program's).
 Tensor uniform_philox(const Shape& shape, double low, double high, DType dtype, Device device,
                       uint64_t seed, uint64_t offset);
 

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include <volt/jit/codegen.h>
+#include <volt/jit/flash_attention.h>
 #include <volt/jit/cuda/step_graph.h>
 #include <volt/jit/fusion.h>
 #include <volt/jit/kernel_cache.h>
@@ -163,6 +164,10 @@ struct Registrar {
   Registrar() {
     add_builtin_executor(cublas_executor());
     add_builtin_executor(nvrtc_executor());
+    // flash stays first: it takes attention whole, which nvrtc and cublas
+    // would otherwise open for its elementwise parts and its GEMMs.
+    remove_builtin_executor(flash_executor());
+    add_builtin_executor(flash_executor());
   }
 } g_registrar;
 

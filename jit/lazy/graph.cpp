@@ -35,6 +35,14 @@ void append_meta(std::string& s, const TensorMeta& m) {
   s += ']';
 }
 
+// Whether a node's Philox counters belong to the graph: a draw, or attention
+// with dropout (its forward draws the mask; its backward draws the same again).
+bool uses_rng(const Node* n) {
+  return op_info(n->op).kind == OpKind::Random ||
+         ((n->op == OpId::scaled_dot_product_attention || n->op == OpId::scaled_dot_product_attention_backward) &&
+          n->attrs.b > 0);
+}
+
 struct GraphBuilder {
   Graph g;
   std::unordered_map<const LazyValue*, int64_t> leaf_index;
@@ -106,7 +114,7 @@ struct GraphBuilder {
     g.key += ',';
     g.key += dtype_name(a.dtype);
     g.key += a.flag ? 'T' : 'F';
-    if (op_info(n->op).kind == OpKind::Random) {
+    if (uses_rng(n)) {
       if (!g.has_rng) {
         g.has_rng = true;
         g.rng = {a.seed, a.offset};
@@ -205,11 +213,11 @@ jit::Trace lower(const Graph& g, const std::shared_ptr<jit::ProxyNames>& names) 
     b.call.op = n->op;
     b.call.attrs = n->attrs;
     if (b.call.attrs.device.is_lazy()) b.call.attrs.device = dev;
-    if (op_info(n->op).kind == OpKind::Random) {
+    if (uses_rng(n)) {
       // Counters relative to the graph's first draw; the run passes that draw's state.
       b.call.attrs.seed = 0;
       b.call.attrs.offset = n->attrs.offset - g.rng.offset;
-      t.rng_total += static_cast<uint64_t>(shape_numel(n->attrs.ints));
+      if (op_info(n->op).kind == OpKind::Random) t.rng_total += static_cast<uint64_t>(shape_numel(n->attrs.ints));
     }
     for (const Operand& o : n->operands) {
       if (o.kind == Operand::Value) b.call.args.emplace_back(proxy_of(o.value));

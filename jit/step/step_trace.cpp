@@ -31,8 +31,9 @@ Tensor snapshot(const Tensor& t) {
 
 // Whether eager mode would run this composite as one kernel with its own VJP
 // rule (cross_entropy; tensor/dispatch.cpp's runs_fused), rather than as its
-// parts; and attention without dropout, whose rule is one op that the flash
-// executor runs tiled (with dropout its parts are taped: the mask is a draw).
+// parts; and attention, whose rule is one op that the flash executor runs
+// tiled (with dropout the rule draws the forward's mask again: the tracer put
+// the forward's counters on the recorded call).
 bool fused_with_rule(const OpCall& c) {
   if (c.op == OpId::scaled_dot_product_attention) return attention_runs_whole(c);
   if (c.op != OpId::cross_entropy || c.args.size() != 2) return false;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include <volt/tensor/cuda/backend.h>
+#include <volt/tensor/cuda/graph.h>
 #include <volt/tensor/cuda/runtime.h>
 
 namespace volt::cuda {
@@ -192,19 +193,24 @@ std::string attention_source(DType t, int E, int Ev, AttentionKernel which) {
   VOLT_CHECK(t == DType::f32 || t == DType::f64, "flash_attention", "expected f32 or f64, got " << dtype_name(t));
   std::ostringstream os;
   os << common(t, E, Ev) << "extern \"C\" __global__ void " << attention_name(t, E, Ev, which) << "(";
-  const char* scalars = "long long L, long long S, T scale, int causal, double p, unsigned long long seed, "
-                        "unsigned long long offset";
+  const char* scalars = "long long L, long long S, T scale, int causal, double p, unsigned long long seed0, "
+                        "unsigned long long offset0, const unsigned long long* rng_word";
+  // In a captured CUDA graph (tensor/cuda/graph.h) the Philox seed and offset
+  // are read from device memory when the kernel runs, offset0 relative to it.
+  const char* rng =
+      "\n  const unsigned long long seed = rng_word ? rng_word[0] : seed0;\n"
+      "  const unsigned long long offset = (rng_word ? rng_word[1] : 0ull) + offset0;";
   switch (which) {
     case AttentionKernel::Forward:
-      os << "const T* q, const T* k, const T* v, T* out, T* lse, " << scalars << ") {" << kForwardBody;
+      os << "const T* q, const T* k, const T* v, T* out, T* lse, " << scalars << ") {" << rng << kForwardBody;
       break;
     case AttentionKernel::BackwardQuery:
       os << "const T* g, const T* q, const T* k, const T* v, const T* out, const T* lse, T* Dbuf, T* dqo, "
-         << scalars << ") {" << kBackwardQueryBody;
+         << scalars << ") {" << rng << kBackwardQueryBody;
       break;
     case AttentionKernel::BackwardKey:
       os << "const T* g, const T* q, const T* k, const T* v, const T* lse, const T* Dbuf, T* dko, T* dvo, "
-         << scalars << ") {" << kBackwardKeyBody;
+         << scalars << ") {" << rng << kBackwardKeyBody;
       break;
   }
   os << "}\n#undef T\n#undef E\n#undef EV\n#undef TILE\n#undef VEXP\n#undef VLOG\n#undef volt_keep\n#undef LOWEST\n";
@@ -219,10 +225,12 @@ struct Scalars {
   int causal;
   double p;
   unsigned long long seed, offset;
+  void* word;
 
   Scalars(const Tensor& q, const Tensor& k, const FlashParams& fp)
       : L(q.sizes()[2]), S(k.sizes()[2]), scale_f64(fp.scale), scale_f32(static_cast<float>(fp.scale)),
-        causal(fp.causal ? 1 : 0), p(fp.dropout_p), seed(fp.seed), offset(fp.offset) {}
+        causal(fp.causal ? 1 : 0), p(fp.dropout_p), seed(fp.seed), offset(fp.offset),
+        word(fp.dropout_p > 0 ? rng_state_word() : nullptr) {}
   void* scale(DType t) { return t == DType::f32 ? static_cast<void*>(&scale_f32) : static_cast<void*>(&scale_f64); }
 };
 
@@ -234,7 +242,8 @@ std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, co
   if (out.numel() == 0) return {out, lse};
   Scalars a(q, k, fp);
   void *qp = q.raw_data(), *kp = k.raw_data(), *vp = v.raw_data(), *op = out.raw_data(), *lp = lse.raw_data();
-  void* params[] = {&qp, &kp, &vp, &op, &lp, &a.L, &a.S, a.scale(q.dtype()), &a.causal, &a.p, &a.seed, &a.offset};
+  void* params[] = {&qp, &kp, &vp, &op, &lp, &a.L, &a.S, a.scale(q.dtype()), &a.causal, &a.p, &a.seed, &a.offset,
+                    &a.word};
   launch(kernel_for(q, v, AttentionKernel::Forward), q.device().index, grid_over(a.L, s[0] * s[1]), dim3(kRows),
          params);
   return {out, lse};
@@ -257,11 +266,13 @@ std::vector<Tensor> flash_attention_backward(const Tensor& grad_out, const Tenso
   void *dqp = dq.raw_data(), *dkp = dk.raw_data(), *dvp = dv.raw_data();
   const int dev = q.device().index;
   if (a.L > 0 && a.S > 0) {
-    void* pq[] = {&gp, &qp, &kp, &vp, &op, &lp, &Dp, &dqp, &a.L, &a.S, a.scale(q.dtype()), &a.causal, &a.p, &a.seed, &a.offset};
+    void* pq[] = {&gp, &qp, &kp, &vp, &op, &lp, &Dp, &dqp, &a.L, &a.S, a.scale(q.dtype()),
+                  &a.causal, &a.p, &a.seed, &a.offset, &a.word};
     launch(kernel_for(q, v, AttentionKernel::BackwardQuery), dev, grid_over(a.L, bh), dim3(kRows), pq);
   }
   if (a.S > 0) {
-    void* pk[] = {&gp, &qp, &kp, &vp, &lp, &Dp, &dkp, &dvp, &a.L, &a.S, a.scale(q.dtype()), &a.causal, &a.p, &a.seed, &a.offset};
+    void* pk[] = {&gp, &qp, &kp, &vp, &lp, &Dp, &dkp, &dvp, &a.L, &a.S, a.scale(q.dtype()),
+                  &a.causal, &a.p, &a.seed, &a.offset, &a.word};
     launch(kernel_for(q, v, AttentionKernel::BackwardKey), dev, grid_over(a.S, bh), dim3(kRows), pk);
   }
   return {dq, dk, dv};
