@@ -8,9 +8,11 @@
 //       std::move(train), 64);                                           // the loader owns it
 //   for (auto& batch : *loader) { batch.data; batch.target; }            // (64, 1, 28, 28), (64)
 //
-// volt's transforms run once over the whole data tensor (not per sample), and
-// a volt batch is stacked already, so Stack<> changes nothing: it is there so
-// that the LibTorch spelling reads the same.
+// map() composes lazily, as LibTorch's does: the images stay u8 and each
+// batch is converted to f32 and normalised when it is gathered (on the
+// batch, not per sample, and never over the whole set).  A volt batch is
+// stacked already, so Stack<> changes nothing: it is there so that the
+// LibTorch spelling reads the same.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -52,11 +54,12 @@ struct Stack {};
 
 namespace datasets {
 
-// An in-memory dataset held by value (its tensors shared by copies), with
-// LibTorch's map() and an optional size.
+// An in-memory image dataset held by value (its pixels shared by copies), with
+// LibTorch's map() and an optional size.  map(Normalize) adds a per-batch
+// transform; it copies no data.
 class MapDataset {
  public:
-  explicit MapDataset(TensorDataset data) : data_(std::move(data)) {}
+  explicit MapDataset(ImageDataset data) : data_(std::move(data)) {}
   template <class T>
   MapDataset map(const transforms::Normalize<T>& t) const {
     return normalized(t.mean(), t.stddev());
@@ -66,15 +69,16 @@ class MapDataset {
     return *this;
   }
   std::optional<size_t> size() const { return static_cast<size_t>(data_.size()); }
-  const TensorDataset& dataset() const { return data_; }
+  const ImageDataset& dataset() const { return data_; }
 
  private:
   MapDataset normalized(const std::vector<double>& mean, const std::vector<double>& stddev) const;
-  TensorDataset data_;
+  ImageDataset data_;
 };
 
 // MNIST as LibTorch's torch::data::datasets::MNIST gives it: images f32
-// (1, 28, 28) in [0, 1], targets i64; the files as data::MNIST reads them.
+// (1, 28, 28) in [0, 1], targets i64; the files as data::MNIST reads them
+// (kept as u8, converted per batch).
 class MNIST : public MapDataset {
  public:
   enum class Mode { kTrain, kTest };
@@ -95,14 +99,14 @@ using data::SequentialSampler;
 
 namespace detail {
 struct OwnedDataset {
-  TensorDataset dataset;
+  ImageDataset dataset;
 };
 }  // namespace detail
 
 // A DataLoader that owns its dataset (made by make_data_loader from a moved one).
 class OwningDataLoader : private detail::OwnedDataset, public DataLoader {
  public:
-  OwningDataLoader(TensorDataset dataset, int64_t batch_size, std::shared_ptr<Sampler> sampler, bool drop_last)
+  OwningDataLoader(ImageDataset dataset, int64_t batch_size, std::shared_ptr<Sampler> sampler, bool drop_last)
       : detail::OwnedDataset{std::move(dataset)},
         DataLoader(detail::OwnedDataset::dataset, batch_size, std::move(sampler), drop_last) {}
   OwningDataLoader(const OwningDataLoader&) = delete;
@@ -126,7 +130,7 @@ std::shared_ptr<Sampler> make_sampler(int64_t size, uint64_t seed) {
 template <std::derived_from<Sampler> S = RandomSampler>
 std::unique_ptr<OwningDataLoader> make_data_loader(datasets::MapDataset&& dataset,
                                                    const DataLoaderOptions& options = {}) {
-  const TensorDataset& d = dataset.dataset();
+  const ImageDataset& d = dataset.dataset();
   return std::make_unique<OwningDataLoader>(d, options.batch_size_, detail::make_sampler<S>(d.size(), options.seed_),
                                             options.drop_last_);
 }

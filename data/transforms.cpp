@@ -33,4 +33,8 @@ TensorDataset with_sample_shape(const TensorDataset& d, const Shape& sample_shap
   return TensorDataset(d.data().reshape(s), d.targets());
 }
 
+ImageDataset with_sample_shape(const ImageDataset& d, const Shape& sample_shape) {
+  return d.with_sample_shape(sample_shape);
+}
+
 }  // namespace volt::data

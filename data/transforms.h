@@ -1,7 +1,7 @@
 // Transforms and views for image data.
 //
 //   volt::data::MNIST train(root, /*train=*/true, volt::data::Normalize({0.1307}, {0.3081}));
-//   volt::data::TensorDataset images = volt::data::with_sample_shape(train, {1, 28, 28});
+//   volt::data::ImageDataset images = volt::data::with_sample_shape(train, {1, 28, 28});
 //   images.sample_shape();   // [1, 28, 28]: batches are (B, 1, 28, 28), as a CNN reads them
 #pragma once
 #include <vector>
@@ -25,5 +25,7 @@ class Normalize {
 // The same samples and targets, each sample seen as `sample_shape` (same
 // number of elements); the data is shared, not copied.
 TensorDataset with_sample_shape(const TensorDataset& d, const Shape& sample_shape);
+// For images kept as u8 (MNIST): the pixels are shared, the transforms kept.
+ImageDataset with_sample_shape(const ImageDataset& d, const Shape& sample_shape);
 
 }  // namespace volt::data

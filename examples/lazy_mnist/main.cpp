@@ -128,8 +128,8 @@ int main(int argc, char** argv) {
   try {
     const std::string root = o.data_dir.empty() ? data::mnist_root() : o.data_dir;
     const data::Normalize transform({0.1307}, {0.3081});
-    const data::TensorDataset dataset1 = data::with_sample_shape(data::MNIST(root, true, transform), {1, 28, 28});
-    const data::TensorDataset dataset2 = data::with_sample_shape(data::MNIST(root, false, transform), {1, 28, 28});
+    const data::ImageDataset dataset1 = data::with_sample_shape(data::MNIST(root, true, transform), {1, 28, 28});
+    const data::ImageDataset dataset2 = data::with_sample_shape(data::MNIST(root, false, transform), {1, 28, 28});
     data::DataLoader train_loader(dataset1, o.batch_size);
     data::DataLoader test_loader(dataset2, o.test_batch_size);
     std::printf("data: MNIST from %s; lazy backend: %s\n", root.c_str(), lazy::backend().str().c_str());

@@ -218,17 +218,25 @@ TEST_CASE("MNIST reads raw and .gz files into f32 [0, 1] images and i64 labels")
   CHECK(rows == 5);
 }
 
-TEST_CASE("MNIST applies the transform once to the whole image tensor") {
+TEST_CASE("MNIST applies the transform to each gathered batch") {
   TempDir dir;
   write_fake_mnist(dir);
-  int calls = 0;
+  std::vector<int64_t> rows_seen;
   data::MNIST scaled(dir.path.string(), true, [&](Tensor x) {
-    ++calls;
-    CHECK(x.sizes() == Shape{5, 784});
+    rows_seen.push_back(x.size(0));
+    CHECK(x.size(1) == 784);
     return x * 2.0;
   });
-  CHECK(calls == 1);
-  CHECK(scaled.data().to_vector<float>()[1] == 2.0f);
+  CHECK(rows_seen == std::vector<int64_t>{1});  // one sample, checked at construction
+  data::DataLoader batches(scaled, 2);
+  const auto pixels = fake_pixels(5);
+  size_t start = 0;  // the first sample of each batch, in order
+  for (auto& b : batches) {
+    CHECK(b.data.to_vector<float>()[1] == float(pixels[start * 784 + 1]) / 255.0f * 2.0f);
+    start += static_cast<size_t>(b.target.size(0));
+  }
+  CHECK(rows_seen == std::vector<int64_t>{1, 2, 2, 1});  // then once per batch, never the whole set
+  CHECK(scaled.data().to_vector<float>()[1] == 2.0f);    // data(): every sample, transformed
 
   data::MNIST normalized(dir.path.string(), true, data::normalize(0.5, 0.25));
   auto v = normalized.data().to_vector<float>();
@@ -237,7 +245,7 @@ TEST_CASE("MNIST applies the transform once to the whole image tensor") {
 
   auto msg =
       error_of([&] { data::MNIST(dir.path.string(), true, [](Tensor x) { return x.sum(); }); });
-  CHECK(contains(msg, "the transform must return one row per image (5 rows)"));
+  CHECK(contains(msg, "a transform must return a floating tensor shaped like its batch [1, 784]"));
 }
 
 TEST_CASE("MNIST: missing files, mismatched counts and impossible labels are errors") {
