@@ -307,10 +307,8 @@ class CudaBackend final : public Backend {
       if (v.is_tensor && v.tensor.defined())
         VOLT_CHECK(v.tensor.has_data(), info.name, "got a tensor without data (" << v.tensor.meta_str() << ")");
     // bf16 and f16: elementwise, reductions, draws, fills and GEMMs have 16-bit
-    // kernels; the window ops and cross-entropy run through f32 (half.cpp).
-    if ((info.kind == OpKind::Window || info.kind == OpKind::Composite) &&
-        run_widened(call, outs, [this](const OpCall& c, std::vector<Tensor>& o) { run(c, o); }))
-      return;
+    // kernels; eager dispatch decomposes 16-bit composites on f32 copies, so
+    // the fused cross-entropy sees f32 (and names the dtype otherwise).
     switch (info.kind) {
       case OpKind::Unary:
       case OpKind::Binary:

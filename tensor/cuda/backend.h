@@ -84,12 +84,6 @@ struct GemmCall {
 std::optional<GemmCall> gemm_call(const Shape& a_sizes, const Shape& a_strides, const Shape& b_sizes,
                                   const Shape& b_strides);
 
-// bf16 and f16 where the backend has no 16-bit kernel (tensor/cuda/half.cpp):
-// when the call reads or writes them, runs `run` on f32 copies of those
-// tensors (exact) and rounds the f32 results into `outs` once, as the CPU
-// backend computes them; returns false (running nothing) otherwise.
-using WidenedRun = std::function<void(const OpCall& call, std::vector<Tensor>& outs)>;
-bool run_widened(const OpCall& call, std::vector<Tensor>& outs, const WidenedRun& run);
 // The values a bf16/f16 draw of U[lo, hi) is clamped to (volt::half_draw_bounds).
 void half_bounds(DType t, double lo, double hi, float& bottom, float& top);
 
