@@ -199,16 +199,16 @@ void run_host_kernel(const FusedKernel& kernel, long long n, void* const* args, 
 
 std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& f, const ProxyNames& names) {
   VOLT_CHECK(!f.subsymbols.empty(), f.fusion_name, "a fusion region without prims");
-  // bf16 and f16: elementwise regions on the CPU only, no draws in them.
+  // bf16 and f16: elementwise regions (host C++ and CUDA), no draws in them.
   const bool rows = is_row_region(f);
   for (const BoundSymbol& p : f.subsymbols) {
     auto refuse_half = [&](const Tensor& t) {
-      const char* where = rows ? "row kernels (reductions, softmax)" : !t.device().is_cpu() ? "CUDA kernels"
-                          : p.call.op == OpId::uniform                     ? "random draws in kernels"
-                                                                           : nullptr;
+      const char* where = rows ? "row kernels (reductions, softmax)"
+                          : p.call.op == OpId::uniform ? "random draws in kernels"
+                                                       : nullptr;
       VOLT_CHECK(!is_half(t.dtype()) || !where, op_name(p.call.op),
                  "generated " << where << " do not compute on " << dtype_name(t.dtype())
-                              << " tensors yet (eager mode does, on the CPU)");
+                              << " tensors yet (eager mode does)");
     };
     for (const Value& v : p.call.args)
       if (v.is_tensor && v.tensor.defined()) refuse_half(v.tensor);
@@ -258,13 +258,22 @@ std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& f, const ProxyNa
   return k;
 }
 
+namespace {
+
+// Whether a kernel converts bf16/f16 (tensor/half.inc's functions).
+bool uses_half(const FusedKernel& k) {
+  return k.body.find("volt_f32_to_") != std::string::npos || k.body.find("_to_f32(") != std::string::npos;
+}
+
+}  // namespace
+
 std::string host_source(const std::vector<const FusedKernel*>& kernels) {
   std::string s = "#include <cmath>\n" + std::string(kMathFunctionsSource) + kHostPrelude + host_row_prelude() +
                   kPhiloxSource + "\n";
   // The bf16/f16 conversions only where a kernel uses them: other sources,
   // and the kernel cache's keys for them, stay as they were.
   for (const FusedKernel* k : kernels)
-    if (k->body.find("volt_f32_to_") != std::string::npos || k->body.find("_to_f32(") != std::string::npos) {
+    if (uses_half(*k)) {
       s += std::string(kHalfSource) + "\n";
       break;
     }
@@ -278,7 +287,10 @@ const std::string& cuda_prelude() {
   return p;
 }
 
-std::string cuda_source(const FusedKernel& k) { return cuda_prelude() + k.body; }
+std::string cuda_source(const FusedKernel& k) {
+  // As on the host: the conversions (as __device__ functions) only where used.
+  return cuda_prelude() + (uses_half(k) ? std::string(kHalfSource) + "\n" : std::string()) + k.body;
+}
 
 std::string kernel_source(const BoundSymbol& region) { return region.kernel ? region.kernel->source : ""; }
 

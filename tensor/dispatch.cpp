@@ -241,15 +241,16 @@ static std::vector<Tensor> run_fused(const OpCall& call) {
   return outs;
 }
 
-// A composite on CPU tensors of bf16 or f16 (softmax, layer_norm, mean, ...):
-// decomposed on f32 copies and each floating result rounded back once, as
-// PyTorch's CPU kernels compute these types in f32 throughout; decomposed in
-// the 16-bit type itself, every step would round.
+// A composite on CPU or CUDA tensors of bf16 or f16 (softmax, layer_norm,
+// mean, cross_entropy, ...): decomposed on f32 copies and each floating result
+// rounded back once, as PyTorch's kernels compute these types in f32
+// throughout; decomposed in the 16-bit type itself, every step would round.
 static bool half_composite(const OpCall& call, DType& half) {
   bool any = false;
   for (const Value& v : call.args) {
     if (!v.is_tensor || !v.tensor.defined()) continue;
-    if (!v.tensor.device().is_cpu() || !v.tensor.has_data()) return false;
+    const Device d = v.tensor.device();
+    if (!(d.is_cpu() || d.is_cuda()) || !v.tensor.has_data()) return false;
     if (is_half(v.tensor.dtype()) && !any) half = v.tensor.dtype(), any = true;
   }
   return any;

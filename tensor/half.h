@@ -26,4 +26,23 @@ struct F16 {
 
 static_assert(sizeof(BF16) == 2 && sizeof(F16) == 2);
 
+// The next 16-bit value from h towards -inf (down) or +inf (up).
+template <class H>
+H next_half(H h, bool up) {
+  const bool neg = h.bits & 0x8000, zero = (h.bits & 0x7FFF) == 0;
+  if (zero) return H{uint16_t(up ? 0x0001 : 0x8001)};
+  return H{uint16_t(up != neg ? h.bits + 1 : h.bits - 1)};
+}
+
+// The H values nearest lo and hi inside [lo, hi): a draw of U[lo, hi) rounded
+// to H may reach hi (rand() would give 1) or fall below lo, and is then
+// clamped to these (both backends do).
+template <class H>
+void half_draw_bounds(double lo, double hi, H& bottom, H& top) {
+  top = H::from_float(static_cast<float>(hi));
+  bottom = H::from_float(static_cast<float>(lo));
+  while (top.to_float() >= hi) top = next_half(top, false);
+  while (bottom.to_float() < lo) bottom = next_half(bottom, true);
+}
+
 }  // namespace volt

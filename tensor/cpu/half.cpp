@@ -35,22 +35,11 @@ bool half_in(const OpCall& call, const std::vector<Tensor>& outs) {
   return false;
 }
 
-// The next 16-bit value from h towards -inf (down) or +inf (up).
-template <class H>
-H step(H h, bool up) {
-  const bool neg = h.bits & 0x8000, zero = (h.bits & 0x7FFF) == 0;
-  if (zero) return H{uint16_t(up ? 0x0001 : 0x8001)};
-  return H{uint16_t(up != neg ? h.bits + 1 : h.bits - 1)};
-}
-
-// Draws of U[lo, hi) rounded to H stay in [lo, hi): rounding to nearest may
-// reach hi (rand() would give 1) or fall below lo; those take the nearest
-// H value inside.
+// Draws of U[lo, hi) rounded to H stay in [lo, hi) (volt::half_draw_bounds).
 template <class H>
 void keep_in_range(Tensor& out, double lo, double hi) {
-  H top = H::from_float(static_cast<float>(hi)), bottom = H::from_float(static_cast<float>(lo));
-  while (top.to_float() >= hi) top = step(top, false);
-  while (bottom.to_float() < lo) bottom = step(bottom, true);
+  H top, bottom;
+  half_draw_bounds(lo, hi, bottom, top);
   H* p = static_cast<H*>(out.raw_data());
   const float t = top.to_float(), b = bottom.to_float();
   parallel_for(out.numel(), kParallelGrain, [&](int64_t i0, int64_t i1) {

@@ -167,8 +167,12 @@ void run_uniform(const OpCall& call, const Tensor& out) {
   void* o = out.raw_data();
   float lo32 = static_cast<float>(call.attrs.a), hi32 = static_cast<float>(call.attrs.b);
   double lo64 = call.attrs.a, hi64 = call.attrs.b;
-  void* params[] = {&o, &n, &seed, &offset, t == DType::f32 ? static_cast<void*>(&lo32) : &lo64,
-                    t == DType::f32 ? static_cast<void*>(&hi32) : &hi64};
+  const bool f64 = t == DType::f64;
+  // bf16/f16: the clamp of the rounded draws (kernels.h), none for an empty range.
+  float bottom = -std::numeric_limits<float>::infinity(), top = std::numeric_limits<float>::infinity();
+  if (is_half(t) && call.attrs.b > call.attrs.a) half_bounds(t, call.attrs.a, call.attrs.b, bottom, top);
+  void* params[] = {&o, &n, &seed, &offset, f64 ? static_cast<void*>(&lo64) : &lo32,
+                    f64 ? static_cast<void*>(&hi64) : &hi32, &bottom, &top};
   launch(k, dev, n, params);
 }
 
@@ -302,13 +306,9 @@ class CudaBackend final : public Backend {
     for (const Value& v : call.args)
       if (v.is_tensor && v.tensor.defined())
         VOLT_CHECK(v.tensor.has_data(), info.name, "got a tensor without data (" << v.tensor.meta_str() << ")");
-    for (const Value& v : call.args)
-      if (v.is_tensor && v.tensor.defined())
-        VOLT_CHECK(!is_half(v.tensor.dtype()), info.name,
-                   dtype_name(v.tensor.dtype()) << " tensors are not supported on CUDA yet (the CPU computes them)");
-    for (const Tensor& t : outs)
-      VOLT_CHECK(!is_half(t.dtype()), info.name,
-                 dtype_name(t.dtype()) << " results are not supported on CUDA yet (the CPU computes them)");
+    // bf16 and f16: elementwise, reductions, draws, fills and GEMMs have 16-bit
+    // kernels; eager dispatch decomposes 16-bit composites on f32 copies, so
+    // the fused cross-entropy sees f32 (and names the dtype otherwise).
     switch (info.kind) {
       case OpKind::Unary:
       case OpKind::Binary:

@@ -84,6 +84,9 @@ struct GemmCall {
 std::optional<GemmCall> gemm_call(const Shape& a_sizes, const Shape& a_strides, const Shape& b_sizes,
                                   const Shape& b_strides);
 
+// The values a bf16/f16 draw of U[lo, hi) is clamped to (volt::half_draw_bounds).
+void half_bounds(DType t, double lo, double hi, float& bottom, float& top);
+
 // matmul and linear through cuBLAS (tensor/cuda/matmul.cpp).
 void cublas_matmul(const Tensor& a, const Tensor& b, const Tensor& out);
 void cublas_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out);

@@ -12,6 +12,21 @@ namespace {
 
 std::string ct(DType t) { return dtype_c_type(t); }
 
+// bf16 and f16 live in memory as their bits (unsigned short) and are computed
+// in float: loaded and stored through tensor/half.inc's conversions, which
+// the prelude carries.  Other dtypes are their C types throughout.
+std::string mem(DType t) { return is_half(t) ? std::string("unsigned short") : ct(t); }
+std::string calc(DType t) { return is_half(t) ? std::string("float") : ct(t); }
+std::string load(DType t, const std::string& e) {
+  if (!is_half(t)) return e;
+  return std::string(t == DType::bf16 ? "volt_bf16_to_f32(" : "volt_f16_to_f32(") + e + ")";
+}
+// e (of C type float, or anything that converts to it) rounded once to t.
+std::string store(DType t, const std::string& e) {
+  if (!is_half(t)) return e;
+  return std::string(t == DType::bf16 ? "volt_f32_to_bf16((float)(" : "volt_f32_to_f16((float)(") + e + "))";
+}
+
 // The dtype operand k is converted to before the expression sees it.
 DType load_dtype(const ElementwiseSpec& s, size_t k) {
   OpKind kind = op_info(s.op).kind;
@@ -50,13 +65,18 @@ std::string elementwise_source(const ElementwiseSpec& s) {
   const std::string name = elementwise_name(s);
   os << "// " << info.name << ": out " << dtype_name(s.out) << ", computed in " << dtype_name(s.compute)
      << (s.strided ? ", any strides" : ", contiguous") << "\n";
-  os << "extern \"C\" __global__ void " << name << "(long long n, volt_index ix, " << ct(s.out) << "* out";
+  // A copy or a conversion of a 16-bit type to itself moves the bits (NaN payloads kept).
+  const OpKind kind = info.kind;
+  const bool bits = is_half(s.out) && (kind == OpKind::Copy || kind == OpKind::Convert) &&
+                    !s.operands[0].is_scalar && s.operands[0].dtype == s.out;
+  auto lt_of = [&](DType t) { return bits ? mem(t) : calc(t); };
+  os << "extern \"C\" __global__ void " << name << "(long long n, volt_index ix, " << mem(s.out) << "* out";
   for (size_t k = 0; k < s.operands.size(); ++k) {
     if (s.operands[k].is_scalar) os << ", double s" << k;
-    else os << ", const " << ct(s.operands[k].dtype) << "* in" << k;
+    else os << ", const " << mem(s.operands[k].dtype) << "* in" << k;
   }
   os << ") {\n";
-  os << "  typedef " << ct(s.out) << " R;\n";
+  os << "  typedef " << lt_of(s.out) << " R;\n";
   os << "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
      << "       i += (long long)blockDim.x * gridDim.x) {\n";
   if (s.strided) {
@@ -68,18 +88,22 @@ std::string elementwise_source(const ElementwiseSpec& s) {
   std::vector<std::string> names;
   for (size_t k = 0; k < s.operands.size(); ++k) {
     const std::string v(1, static_cast<char>('a' + k));
-    const std::string lt = ct(load_dtype(s, k));
+    const std::string lt = lt_of(load_dtype(s, k));
     names.push_back(v);
-    if (s.operands[k].is_scalar)
+    if (s.operands[k].is_scalar) {
       os << "    const " << lt << " " << v << " = (" << lt << ")s" << k << ";\n";
-    else
-      os << "    const " << lt << " " << v << " = (" << lt << ")in" << k << "["
-         << (s.strided ? "off[" + std::to_string(k + 1) + "]" : std::string("i")) << "];\n";
+    } else {
+      const std::string at = "in" + std::to_string(k) + "[" +
+                             (s.strided ? "off[" + std::to_string(k + 1) + "]" : std::string("i")) + "]";
+      os << "    const " << lt << " " << v << " = (" << lt << ")" << (bits ? at : load(s.operands[k].dtype, at))
+         << ";\n";
+    }
   }
   std::string expr = fill_op_expr(info.expr, names, "R");  // R: a typedef; "unsigned char(1)" would not parse
   // Integer powers: CUDA has no pow(int, int); volt_ipow (the prelude) is exact.
   if (s.op == OpId::pow && !is_floating(s.compute)) expr = "volt_ipow((long long)a, (long long)b)";
-  os << "    out[" << (s.strided ? "off[0]" : "i") << "] = (R)(" << expr << ");\n";
+  const std::string result = "(R)(" + expr + ")";
+  os << "    out[" << (s.strided ? "off[0]" : "i") << "] = " << (bits ? result : store(s.out, result)) << ";\n";
   os << "  }\n}\n";
   return os.str();
 }
@@ -95,7 +119,7 @@ std::string reduce_source(OpId op, DType in, DType out) {
   const bool is_sum = op == OpId::sum;
   const bool is_arg = op == OpId::argmax || op == OpId::argmin;
   const bool is_max = op == OpId::amax || op == OpId::argmax;
-  std::string acc = ct(in);
+  std::string acc = calc(in);
   if (is_sum) acc = is_floating(in) ? "double" : "long long";
   std::ostringstream os;
   os << "// " << op_name(op) << " over rows: x (rows, len) -> y (rows)\n";
@@ -113,17 +137,18 @@ std::string reduce_source(OpId op, DType in, DType out) {
        << "  if (b " << (is_max ? ">" : "<") << " a || (b == a && bi < ai)) { a = b; ai = bi; }\n";
   }
   os << "}\n";
-  os << "extern \"C\" __global__ void " << reduce_name(op, in, out) << "(const " << ct(in) << "* x, "
-     << ct(out) << "* y, long long rows, long long len, long long row_stride, long long elem_stride) {\n"
+  os << "extern \"C\" __global__ void " << reduce_name(op, in, out) << "(const " << mem(in) << "* x, "
+     << mem(out) << "* y, long long rows, long long len, long long row_stride, long long elem_stride) {\n"
      << "  __shared__ " << acc << " sv[256];\n"
      << "  __shared__ long long si[256];\n"
      << "  const int t = threadIdx.x;\n"
      << "  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {\n"
-     << "    const " << ct(in) << "* row = x + r * row_stride;\n"
+     << "    const " << mem(in) << "* row = x + r * row_stride;\n"
      << "    " << acc << " a = (" << acc << ")0;\n"
      << "    long long ai = " << (is_sum ? "0" : "-1") << ";\n"
      << "    for (long long j = t; j < len; j += blockDim.x)\n"
-     << "      volt_combine_" << reduce_name(op, in, out) << "(a, ai, (" << acc << ")row[j * elem_stride], j);\n"
+     << "      volt_combine_" << reduce_name(op, in, out) << "(a, ai, (" << acc << ")"
+     << load(in, "row[j * elem_stride]") << ", j);\n"
      << "    sv[t] = a;\n"
      << "    si[t] = ai;\n"
      << "    __syncthreads();\n"
@@ -131,7 +156,9 @@ std::string reduce_source(OpId op, DType in, DType out) {
      << "      if (t < s) volt_combine_" << reduce_name(op, in, out) << "(sv[t], si[t], sv[t + s], si[t + s]);\n"
      << "      __syncthreads();\n"
      << "    }\n"
-     << "    if (t == 0) y[r] = (" << ct(out) << ")" << (is_arg ? "(si[0] < 0 ? 0 : si[0])" : "sv[0]") << ";\n"
+     // A 16-bit sum (in double) goes through float, as the CPU's f32 sum it widens to.
+     << "    if (t == 0) y[r] = "
+     << (is_arg ? "(" + ct(out) + ")(si[0] < 0 ? 0 : si[0])" : store(out, "(" + calc(out) + ")sv[0]")) << ";\n"
      << "    __syncthreads();\n"
      << "  }\n"
      << "}\n";
@@ -143,26 +170,38 @@ std::string reduce_source(OpId op, DType in, DType out) {
 std::string uniform_name(DType t) { return std::string("volt_uniform_") + dtype_name(t); }
 
 std::string uniform_source(DType t) {
-  VOLT_CHECK(t == DType::f32 || t == DType::f64, "uniform", "expected f32 or f64, got " << dtype_name(t));
-  const std::string c = ct(t);
+  VOLT_CHECK(t == DType::f32 || t == DType::f64 || is_half(t), "uniform",
+             "expected f32, f64, bf16 or f16, got " << dtype_name(t));
+  const std::string c = calc(t);
+  // bf16/f16: the f32 draw rounded once, then clamped to [bottom, top], the
+  // 16-bit values nearest lo and hi inside the range (volt::half_draw_bounds;
+  // the host passes infinities when hi <= lo, as the CPU then clamps nothing).
+  const std::string draw = std::string("volt_uniform_range_") + (is_half(t) ? "f32" : dtype_name(t)) +
+                           "(seed, offset, (unsigned long long)i, lo, hi)";
   std::ostringstream os;
   os << "// element i of the draw (seed, offset): the CPU computes the very same expression\n"
-     << "extern \"C\" __global__ void " << uniform_name(t) << "(" << c
-     << "* out, long long n, unsigned long long seed, unsigned long long offset, " << c << " lo, " << c << " hi) {\n"
+     << "extern \"C\" __global__ void " << uniform_name(t) << "(" << mem(t)
+     << "* out, long long n, unsigned long long seed, unsigned long long offset, " << c << " lo, " << c << " hi"
+     << (is_half(t) ? ", float bottom, float top" : "") << ") {\n"
      << "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
-     << "       i += (long long)blockDim.x * gridDim.x)\n"
-     << "    out[i] = volt_uniform_range_" << dtype_name(t) << "(seed, offset, (unsigned long long)i, lo, hi);\n"
-     << "}\n";
+     << "       i += (long long)blockDim.x * gridDim.x) {\n";
+  if (is_half(t))
+    os << "    float v = " << load(t, store(t, draw)) << ";\n"
+       << "    v = v > top ? top : v < bottom ? bottom : v;\n"
+       << "    out[i] = " << store(t, "v") << ";\n";
+  else
+    os << "    out[i] = " << draw << ";\n";
+  os << "  }\n}\n";
   return os.str();
 }
 
 std::string fill_name(DType t) { return std::string("volt_fill_") + dtype_name(t); }
 
 std::string fill_source(DType t) {
-  const std::string c = ct(t);
+  const std::string c = mem(t);
   std::ostringstream os;
   os << "extern \"C\" __global__ void " << fill_name(t) << "(" << c << "* out, long long n, double value) {\n"
-     << "  const " << c << " v = (" << c << ")value;\n"
+     << "  const " << c << " v = " << (is_half(t) ? store(t, "(float)value") : "(" + c + ")value") << ";\n"
      << "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
      << "       i += (long long)blockDim.x * gridDim.x)\n"
      << "    out[i] = v;\n"

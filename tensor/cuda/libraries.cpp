@@ -57,6 +57,8 @@ const CublasApi& cublas() {
     Library lib("cuBLAS", {VOLT_CUBLAS_SONAME, VOLT_CUBLAS_FILE});
 #define VOLT_RESOLVE(f) lib.get(a.f, #f);
     VOLT_CUBLAS_FUNCTIONS(VOLT_RESOLVE)
+    VOLT_RESOLVE(cublasGemmEx)
+    VOLT_RESOLVE(cublasGemmStridedBatchedEx)
     return a;
   }();
   return api;

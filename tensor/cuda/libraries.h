@@ -32,6 +32,15 @@ namespace volt::cuda {
 // (cublasSgemm -> cublasSgemm_v2) work on them too.
 struct CublasApi {
   VOLT_CUBLAS_FUNCTIONS(VOLT_LIBRARY_MEMBER)
+  // The two Ex GEMMs are overloaded in C++ (a wrapper taking the old
+  // cudaDataType compute type): the C functions' types spelled out.
+  cublasStatus_t (*cublasGemmEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                 const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                                 cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
+  cublasStatus_t (*cublasGemmStridedBatchedEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                               const void*, const void*, cudaDataType, int, long long, const void*,
+                                               cudaDataType, int, long long, const void*, void*, cudaDataType, int,
+                                               long long, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
 };
 struct NvrtcApi {
   VOLT_NVRTC_FUNCTIONS(VOLT_LIBRARY_MEMBER)

@@ -43,6 +43,20 @@ void check_cublas_sizes(std::initializer_list<int64_t> sizes) {
 
 std::optional<GemmOperand> layout_of(const Tensor& t) { return gemm_operand(t.sizes(), t.strides()); }
 
+// bf16 and f16 GEMMs: cuBLAS's Ex entry points, the 16-bit operands read as
+// they are, products accumulated in f32 (CUBLAS_COMPUTE_32F) and the result
+// rounded once into the 16-bit output.
+cudaDataType half_data_type(DType t) { return t == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F; }
+
+void check_gemm_dtypes(const char* op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  const DType t = out.dtype();
+  VOLT_CHECK(t == DType::f32 || t == DType::f64 || is_half(t), op,
+             "cuBLAS runs f32, f64, bf16 and f16, got " << dtype_name(t));
+  VOLT_CHECK(a.dtype() == t && b.dtype() == t, op,
+             "expected operands of the result's dtype " << dtype_name(t) << ", got " << a.meta_str() << " and "
+                                                        << b.meta_str());
+}
+
 // out (m, n), contiguous = a (m, k) @ b (k, n), beta * out added (bias pre-filled).
 void gemm_2d(const Tensor& a0, const Tensor& b0, const Tensor& out, double beta) {
   const int dev = out.device().index;
@@ -57,7 +71,14 @@ void gemm_2d(const Tensor& a0, const Tensor& b0, const Tensor& out, double beta)
   DeviceGuard g(dev);
   const cublasOperation_t opb = c.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opa = c.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if (out.dtype() == DType::f32) {
+  if (is_half(out.dtype())) {
+    const float alpha = 1.0f, bt = static_cast<float>(beta);
+    const cudaDataType dt = half_data_type(out.dtype());
+    count_cublas_call();
+    VOLT_CUBLAS_CHECK(cublas().cublasGemmEx(h, opb, opa, n, m, k, &alpha, b.raw_data(), dt, ldb, a.raw_data(), dt,
+                                            lda, &bt, out.raw_data(), dt, ldc, CUBLAS_COMPUTE_32F,
+                                            CUBLAS_GEMM_DEFAULT));
+  } else if (out.dtype() == DType::f32) {
     const float alpha = 1.0f, bt = static_cast<float>(beta);
     count_cublas_call();
     VOLT_CUBLAS_CHECK(cublas().cublasSgemm(h, opb, opa, n, m, k, &alpha, static_cast<const float*>(b.raw_data()), ldb,
@@ -75,8 +96,7 @@ void gemm_2d(const Tensor& a0, const Tensor& b0, const Tensor& out, double beta)
 }  // namespace
 
 void cublas_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out) {
-  VOLT_CHECK(out.dtype() == DType::f32 || out.dtype() == DType::f64, "matmul",
-             "cuBLAS runs f32 and f64, got " << dtype_name(out.dtype()));
+  check_gemm_dtypes("matmul", a0, b0, out);
   if (out.numel() == 0) return;
   NoGradGuard no_grad;  // the views below are internal, not part of any graph
   Tensor a = a0, b = b0;
@@ -106,7 +126,15 @@ void cublas_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out) {
   cublasHandle_t h = cublas_handle(dev);
   DeviceGuard g(dev);
   const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
-  if (out.dtype() == DType::f32) {
+  if (is_half(out.dtype())) {
+    const float alpha = 1.0f, beta = 0.0f;
+    const cudaDataType dt = half_data_type(out.dtype());
+    count_cublas_call();
+    VOLT_CUBLAS_CHECK(cublas().cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, bc.raw_data(),
+                                                          dt, N, k * n, ac.raw_data(), dt, K, m * k, &beta,
+                                                          out.raw_data(), dt, N, m * n, batches, CUBLAS_COMPUTE_32F,
+                                                          CUBLAS_GEMM_DEFAULT));
+  } else if (out.dtype() == DType::f32) {
     const float alpha = 1.0f, beta = 0.0f;
     count_cublas_call();
     VOLT_CUBLAS_CHECK(cublas().cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha,
@@ -124,8 +152,10 @@ void cublas_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out) {
 }
 
 void cublas_linear(const Tensor& x0, const Tensor& w, const Tensor* bias, const Tensor& out) {
-  VOLT_CHECK(out.dtype() == DType::f32 || out.dtype() == DType::f64, "linear",
-             "cuBLAS runs f32 and f64, got " << dtype_name(out.dtype()));
+  check_gemm_dtypes("linear", x0, w, out);
+  if (bias)
+    VOLT_CHECK(bias->dtype() == out.dtype(), "linear",
+               "expected a bias of the result's dtype " << dtype_name(out.dtype()) << ", got " << bias->meta_str());
   if (out.numel() == 0) return;
   NoGradGuard no_grad;
   Tensor x = x0.dim() == 2 ? x0 : contiguous_on_device(x0).reshape({-1, x0.size(-1)});

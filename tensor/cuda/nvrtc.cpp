@@ -15,6 +15,7 @@
 
 #include <volt/tensor/cuda/libraries.h>
 #include <volt/tensor/cuda/runtime.h>
+#include <volt/half_source.h>
 #include <volt/philox_source.h>
 #include <volt/tensor/log.h>
 #include <volt/tensor/private_files.h>
@@ -143,7 +144,7 @@ std::unordered_map<cudaKernel_t, std::string> g_kernel_names;  // for messages a
 }  // namespace
 
 const std::string& prelude() {
-  static const std::string p = std::string(kPrelude) + kPhiloxSource + "\n";
+  static const std::string p = std::string(kPrelude) + kPhiloxSource + "\n" + kHalfSource + "\n";
   return p;
 }
 

@@ -21,8 +21,9 @@
 
 namespace volt::cuda {
 
-// The CUDA definitions every eager kernel starts with: the index helper and
-// the shared Philox function (tensor/philox.inc).  The jit's fused kernels
+// The CUDA definitions every eager kernel starts with: the index helper, the
+// shared Philox function (tensor/philox.inc) and the bf16/f16 conversions
+// (tensor/half.inc).  The jit's fused kernels
 // have their own prelude, beside their generator (jit/codegen.h).
 const std::string& prelude();
 

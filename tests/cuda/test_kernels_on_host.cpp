@@ -106,7 +106,9 @@ class HostKernels {
   void* handle_ = nullptr;
 };
 
-constexpr DType kAll[] = {DType::b8, DType::u8, DType::i32, DType::i64, DType::f32, DType::f64};
+// bf16 and f16 included: loaded into float and rounded once on store, as the
+// CPU backend computes them, so they match it bit for bit.
+constexpr DType kAll[] = {DType::b8, DType::u8, DType::i32, DType::i64, DType::f32, DType::f64, DType::bf16, DType::f16};
 
 Tensor random_of(DType dt, const Shape& shape) {
   if (is_floating(dt)) return add(mul(Tensor::rand(shape, DType::f64), 1.5), 0.5).to(dt);  // [0.5, 2)
@@ -258,10 +260,10 @@ TEST_CASE("cuda kernels on the host: reductions, uniform, fill and the fused opt
     add_reduce(std::string(op_name(op)) + " with NaN and ties", op, nan, {1}, false);
 
   for (DType t : {DType::f32, DType::f64}) {
-    host.add(cuda::uniform_name(t), cuda::uniform_source(t));
     host.add(cuda::adam_name(t), cuda::adam_source(t));
     host.add(cuda::sgd_name(t), cuda::sgd_source(t));
   }
+  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16}) host.add(cuda::uniform_name(t), cuda::uniform_source(t));
   for (DType t : kAll) host.add(cuda::fill_name(t), cuda::fill_source(t));
   REQUIRE(host.build());
 
@@ -288,19 +290,23 @@ TEST_CASE("cuda kernels on the host: reductions, uniform, fill and the fused opt
   }
   CHECK(in_place_cases > 0);
 
-  // uniform: the same bits as the CPU for the same (seed, offset).
-  for (DType t : {DType::f32, DType::f64}) {
+  // uniform: the same bits as the CPU for the same (seed, offset); bf16 and
+  // f16 over a range whose top the rounded draws would reach, then clamp.
+  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    const double lo = is_half(t) ? 0.0 : -1, hi = is_half(t) ? 1.0 : 3;
     Tensor got = Tensor::zeros({1000}, t);
     void* o = got.raw_data();
     long long n = 1000;
     unsigned long long seed = 0x1234567890ull, offset = 6272;
-    float lo32 = -1, hi32 = 3;
-    double lo64 = -1, hi64 = 3;
-    void* params[] = {&o, &n, &seed, &offset, t == DType::f32 ? static_cast<void*>(&lo32) : &lo64,
-                      t == DType::f32 ? static_cast<void*>(&hi32) : &hi64};
+    float lo32 = static_cast<float>(lo), hi32 = static_cast<float>(hi), bottom = 0, top = 0;
+    double lo64 = lo, hi64 = hi;
+    if (is_half(t)) cuda::half_bounds(t, lo, hi, bottom, top);
+    void* params[] = {&o, &n, &seed, &offset, t == DType::f64 ? static_cast<void*>(&lo64) : &lo32,
+                      t == DType::f64 ? static_cast<void*>(&hi64) : &hi32, &bottom, &top};
     host.get(cuda::uniform_name(t))(params);
-    Tensor want = uniform_philox({1000}, -1, 3, t, kCPU, seed, offset);
+    Tensor want = uniform_philox({1000}, lo, hi, t, kCPU, seed, offset);
     CHECK(got.to_vector<double>() == want.to_vector<double>());
+    if (is_half(t)) CHECK(got.to_vector<double>() != Tensor::zeros({1000}, t).to_vector<double>());
   }
 
   for (DType t : kAll) {

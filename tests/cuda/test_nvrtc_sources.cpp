@@ -17,6 +17,7 @@
 #include <volt/tensor/cuda/kernels.h>
 #include <volt/tensor/cuda/nvrtc.h>
 #include <volt/tensor/cuda/runtime.h>
+#include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 
 using namespace volt;
@@ -38,22 +39,27 @@ bool add_spec(std::vector<cuda::ElementwiseSpec>& specs, const OpCall& call) {
   return true;
 }
 
-// Every (op, dtypes, scalar-or-tensor, contiguous-or-strided) the eager backend can be asked for.
-std::vector<cuda::ElementwiseSpec> every_elementwise_spec(std::set<std::string>* ops_seen) {
+// Every (op, dtypes, scalar-or-tensor, contiguous-or-strided) the eager
+// backend can be asked for, with a first operand of the dtypes `firsts`.
+std::vector<cuda::ElementwiseSpec> every_elementwise_spec(
+    std::set<std::string>* ops_seen, const std::vector<DType>& firsts = std::vector<DType>(std::begin(kAll), std::end(kAll))) {
   std::vector<cuda::ElementwiseSpec> specs;
   auto t = [](DType d) { return Value(Tensor::proxy({2, 3}, d, kCPU)); };
   for (int i = 0; i < static_cast<int>(OpId::kCount); ++i) {
     const OpId op = static_cast<OpId>(i);
     const OpKind kind = op_info(op).kind;
     bool any = false;
-    for (DType a : kAll) {
+    for (DType a : firsts) {
+      // The other operand (or the conversion's target): every dtype, the 16-bit ones with a 16-bit first.
+      std::vector<DType> seconds(std::begin(kAll), std::end(kAll));
+      if (is_half(a)) seconds.insert(seconds.end(), {DType::bf16, DType::f16});
       switch (kind) {
         case OpKind::Unary:
         case OpKind::Copy:
           any |= add_spec(specs, OpCall{op, {t(a)}, {}});
           break;
         case OpKind::Convert:
-          for (DType b : kAll) {
+          for (DType b : seconds) {
             OpCall c{op, {t(a)}, {}};
             c.attrs.dtype = b;
             any |= add_spec(specs, c);
@@ -61,7 +67,7 @@ std::vector<cuda::ElementwiseSpec> every_elementwise_spec(std::set<std::string>*
           break;
         case OpKind::Binary:
         case OpKind::Compare:
-          for (DType b : kAll) any |= add_spec(specs, OpCall{op, {t(a), t(b)}, {}});
+          for (DType b : seconds) any |= add_spec(specs, OpCall{op, {t(a), t(b)}, {}});
           any |= add_spec(specs, OpCall{op, {t(a), Value(0.5)}, {}});
           any |= add_spec(specs, OpCall{op, {t(a), Value(2)}, {}});
           any |= add_spec(specs, OpCall{op, {Value(true), t(a)}, {}});
@@ -129,6 +135,45 @@ TEST_CASE("nvrtc: reductions, Philox uniform, fill, cross-entropy and the fused 
     bodies.push_back(cuda::cross_entropy_source(t, true));
   }
   compile_all(bodies);
+}
+
+TEST_CASE("nvrtc: the bf16 and f16 kernels compile (elementwise with any other dtype, reductions, draws, fills)") {
+  const std::vector<DType> halves{DType::bf16, DType::f16};
+  std::set<std::string> ops;
+  std::vector<cuda::ElementwiseSpec> specs = every_elementwise_spec(&ops, halves);
+  // And every dtype converted into them.
+  for (DType from : kAll)
+    for (DType to : halves) {
+      OpCall c{OpId::convert_element_type, {Value(Tensor::proxy({2, 3}, from, kCPU))}, {}};
+      c.attrs.dtype = to;
+      for (bool strided : {false, true}) specs.push_back(cuda::elementwise_spec(c, to, strided));
+    }
+  std::set<std::string> names;
+  std::vector<std::string> bodies;
+  for (const auto& s : specs)
+    if (names.insert(cuda::elementwise_name(s)).second) bodies.push_back(cuda::elementwise_source(s));
+  MESSAGE(bodies.size() << " distinct bf16/f16 elementwise kernels over " << ops.size() << " ops");
+  CHECK(bodies.size() > 300);
+  for (DType t : halves) {
+    for (OpId op : {OpId::sum, OpId::amax, OpId::amin}) bodies.push_back(cuda::reduce_source(op, t, t));
+    for (OpId op : {OpId::argmax, OpId::argmin}) bodies.push_back(cuda::reduce_source(op, t, DType::i64));
+    bodies.push_back(cuda::uniform_source(t));
+    bodies.push_back(cuda::fill_source(t));
+  }
+  compile_all(bodies);
+  // The jit's fused kernels on bf16 and f16 (traced on the CPU: the source is
+  // the same for both devices), with the conversions the CUDA source carries.
+  for (DType t : halves) {
+    auto f = jit::jit([](const std::vector<Tensor>& a) {
+      return std::vector<Tensor>{add(mul(tanh(a[0]), a[1]), convert_element_type(exp(a[1]), DType::f32))};
+    });
+    f({Tensor::randn({4, 5}, t), Tensor::randn({4, 5}, t)});
+    const auto kernels = jit::last_kernels(f);
+    REQUIRE(kernels.size() == 1);
+    const std::string src = jit::cuda_source(*kernels[0]);
+    CHECK(src.find(t == DType::bf16 ? "volt_f32_to_bf16(" : "volt_f32_to_f16(") != std::string::npos);
+    for (const char* arch : kArchs) CHECK_NOTHROW(cuda::compile_ptx(src, arch));
+  }
 }
 
 TEST_CASE("nvrtc: the flash attention kernels compile (forward and both backward kernels, f32 and f64)") {
