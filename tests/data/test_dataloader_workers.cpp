@@ -313,13 +313,20 @@ TEST_CASE("cpu::SerialGuard: parallel regions started under it run on the callin
   std::mutex m;
   std::set<std::thread::id> ids;
   auto record = [&](int64_t) {
-    std::this_thread::sleep_for(std::chrono::microseconds(300));
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
     std::lock_guard<std::mutex> lock(m);
     ids.insert(std::this_thread::get_id());
   };
+  // The control: without the guard the pool's worker takes part, once the
+  // pool's own judgement of the machine (tensor/cpu/contention.h) lets it.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (ids.size() < 2 && std::chrono::steady_clock::now() < until) cpu::parallel_tasks(32, record);
+  const bool contrasted = ids.size() == 2;
+  if (!contrasted) MESSAGE("the pool ran every region serially for 3 s (a busy machine): nothing to contrast with");
+  ids.clear();
   {
     cpu::SerialGuard serial;
-    cpu::parallel_tasks(32, record);
+    for (int r = 0; r < 20; ++r) cpu::parallel_tasks(32, record);
   }
   CHECK(ids == std::set<std::thread::id>{std::this_thread::get_id()});
   // Two threads in the pool at once: each region still runs all its tasks.
