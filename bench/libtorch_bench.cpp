@@ -23,6 +23,7 @@
 // runs it from its own folder when it is there.
 #include <torch/torch.h>
 
+#include "../utils/cli.h"
 #include "common.h"
 #include "libtorch_gpt.h"
 
@@ -155,44 +156,35 @@ int main(int argc, char** argv) {
   bool batch_given = false;
   int threads = static_cast<int>(std::thread::hardware_concurrency());
   if (const char* e = std::getenv("OMP_NUM_THREADS")) threads = std::atoi(e);
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--batch" && i + 1 < argc) {
-      batches.clear();
-      batch_given = true;
-      std::stringstream ss(argv[++i]);
-      for (std::string b; std::getline(ss, b, ',');) batches.push_back(std::stoll(b));
-    } else if (a == "--steps" && i + 1 < argc) {
-      steps = std::stoll(argv[++i]);
-    } else if (a == "--threads" && i + 1 < argc) {
-      threads = std::stoi(argv[++i]);
-    } else if (a == "--model" && i + 1 < argc) {
-      model = argv[++i];
-      if (model != "mlp" && model != "cnn" && model != "gpt") {
-        std::fprintf(stderr, "libtorch_bench: --model: unknown model '%s' (mlp, cnn, gpt)\n", model.c_str());
-        return 2;
-      }
-    } else if (a == "--text" && i + 1 < argc) {
-      text = argv[++i];
-    } else if (a == "--train-steps" && i + 1 < argc) {
-      train_steps = std::stoll(argv[++i]);
-    } else if (a == "--eval-every" && i + 1 < argc) {
-      eval_every = std::max<int64_t>(1, std::stoll(argv[++i]));
-    } else if (a == "--amp" && i + 1 < argc) {
-      if (std::string(argv[++i]) != "bf16") {
-        std::fprintf(stderr, "libtorch_bench: --amp: LibTorch's CPU autocast takes bf16 only\n");
-        return 2;
-      }
-      amp = true;
-    } else if (a == "--json") {
-      json = true;
-    } else if (a == "--no-eval") {
-      eval = false;
-    } else {
-      std::fprintf(stderr, "usage: libtorch_bench [--model mlp|cnn|gpt] [--batch LIST] [--steps N] [--threads N] [--no-eval] "
-                           "[--json] [--amp bf16] [--text FILE --train-steps N --eval-every N]\n");
-      return 2;
-    }
+  // The same flags as before CLI11, with volt_bench's conventions (volt/utils/cli.h
+  // is header-only: it needs CLI11, not the volt library this binary cannot link).
+  namespace cli = volt::utils::cli;
+  CLI::App app{"LibTorch's side of volt_bench: the same models, recipes, batches and timing rule", "libtorch_bench"};
+  cli::setup(app);
+  std::string batch_list, amp_type;
+  app.add_option("--model", model, "mlp (default), cnn or gpt")->type_name("NAME")->check(cli::one_of({"mlp", "cnn", "gpt"}));
+  app.add_option("--batch", batch_list, "batch sizes (default 8,64,256,1024; gpt: its batch, default 16)")
+      ->type_name("N,...")->check(cli::each(cli::count(1)));
+  app.add_option("--steps", steps, "timed steps per cell (default: until the median is stable)")->check(cli::count(1));
+  app.add_option("--threads", threads, "intra-op threads (default: OMP_NUM_THREADS or one per core)")
+      ->check(cli::count(1));
+  app.add_option("--text", text, "gpt: train on this corpus instead of timing steps")->type_name("FILE");
+  app.add_option("--train-steps", train_steps, "gpt with --text: training steps")->capture_default_str()
+      ->check(cli::count(1));
+  app.add_option("--eval-every", eval_every, "gpt with --text: steps between validation losses")->capture_default_str()
+      ->check(cli::count(1));
+  app.add_option("--amp", amp_type, "bf16: forward and loss under LibTorch's CPU autocast (mlp, gpt)")
+      ->type_name("TYPE")->check(cli::one_of({"bf16"}));
+  bool no_eval = false;
+  app.add_flag("--json", json, "one JSON object per cell");
+  app.add_flag("--no-eval", no_eval, "time training steps only");
+  cli::parse(app, argc, argv);
+  eval = !no_eval;
+  amp = amp_type == "bf16";
+  if (app.count("--batch")) {
+    batches.clear();
+    batch_given = true;
+    for (const std::string& b : cli::split_list(batch_list)) batches.push_back(std::stoll(b));
   }
   if (threads > 0) torch::set_num_threads(threads);
   std::fprintf(stderr, "libtorch_bench: LibTorch %s, %d intra-op threads\n", TORCH_VERSION,

@@ -1,161 +1,109 @@
-// volt_bench's command line (bench/options.h).
+// volt_bench's command line (bench/options.h), parsed with CLI11 as the
+// examples parse theirs (volt/utils/cli.h): type names in the usage, a bad
+// value named with what was expected, "did you mean" for a close unknown flag,
+// exit status 2 for every usage error.
 #include "options.h"
 
-#include <algorithm>
 #include <cstdlib>
-#include <exception>
 #include <iostream>
-#include <sstream>
+
+#include <volt/utils/cli.h>
 
 namespace volt::benchmark {
 
-namespace {
-
-const char* kUsage =
-    "usage: volt_bench [options]\n"
-    "  --model NAME       mlp (default) or cnn: the MNIST CNN, Adadelta, cpu training steps,\n"
-    "                     batch 64 unless --batch (bench/cnn_workload.h); gpt: examples/gpt's\n"
-    "                     GPT, AdamW, batch 16 unless --batch, cpu and cuda (bench/gpt_workload.h);\n"
-    "                     attention: flash against the decomposition, forward+backward, cpu,\n"
-    "                     --batch gives the sequence lengths (bench/attention_bench.h)\n"
-    "  --mode LIST        eager,jit,step,lazy (default: all modes this build has;\n"
-    "                     step: the whole training step compiled by volt::jit::compile_step)\n"
-    "  --device LIST      cpu,cuda (default: both; cuda only when available)\n"
-    "  --batch LIST       batch sizes (default 8,64,256,1024)\n"
-    "  --steps N          timed steps per cell (default: until the median is stable)\n"
-    "  --warmup N         untimed steps per cell first (default: automatic)\n"
-    "  --data-dir PATH    MNIST batches from PATH (data::MNIST) instead of synthetic ones\n"
-    "  --no-eval          time training steps only\n"
-    "  --no-extras        skip first-call, overhead, bandwidth and memory figures\n"
-    "  --libtorch PATH    the libtorch_bench binary to compare with (default: next to volt_bench)\n"
-    "  --no-libtorch      do not run LibTorch\n"
-    "  --pytorch PATH     also run bench/pytorch_bench.py (with $VOLT_PYTHON, default /usr/bin/python3)\n"
-    "  --threads N        CPU threads for volt and LibTorch (default: OMP_NUM_THREADS or all cores)\n"
-    "  --amp TYPE         bf16 or f16: time every mlp/gpt cell again with autocast to TYPE (mode\n"
-    "                     \"jit+bf16\"; volt::AutocastGuard, StepOptions::autocast), and LibTorch's\n"
-    "                     CPU autocast for bf16\n"
-    "  --busy             also run an eager cell with 1 and 2 threads while 2 busy processes compete\n"
-    "  --epoch            with --data-dir: time a full epoch per mode and batch (the example's loop)\n"
-    "  --json             print one JSON array instead of tables\n"
-    "  --smoke            every cell, few steps, no LibTorch, no cold compile (for ./test.sh)\n"
-    "  --help             this text\n";
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-int64_t to_int(const std::string& flag, const std::string& v) {
-  try {
-    size_t used = 0;
-    long long n = std::stoll(v, &used);
-    if (used == v.size()) return n;
-  } catch (const std::exception&) {
-  }
-  usage_error(flag + ": '" + v + "' is not a number");
-}
-
-}  // namespace
+namespace cli = volt::utils::cli;
 
 [[noreturn]] void usage_error(const std::string& message) {
-  std::cerr << "volt_bench: " << message << "\n" << kUsage;
+  std::cerr << "volt_bench: " << message << "\n(--help lists the options)\n";  // as cli::usage_error
   std::exit(2);
 }
 
-Options parse_args(int argc, char** argv) {
-  Options o;
-  bool steps_given = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i], value;
-    const bool inline_value = arg.find('=') != std::string::npos;
-    if (inline_value) {
-      value = arg.substr(arg.find('=') + 1);
-      arg = arg.substr(0, arg.find('='));
-    }
-    auto next = [&]() -> std::string {
-      if (inline_value) return value;
-      if (i + 1 >= argc) usage_error(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else if (arg == "--model") {
-      o.model = next();
-      if (o.model != "mlp" && o.model != "cnn" && o.model != "gpt" && o.model != "attention")
-        usage_error("--model: unknown model '" + o.model + "' (mlp, cnn, gpt, attention)");
-    } else if (arg == "--mode") {
-      o.modes = split(next());
-      o.modes_given = true;
-    } else if (arg == "--device") {
-      o.devices = split(next());
-    } else if (arg == "--batch") {
-      o.batches.clear();
-      o.batches_given = true;
-      for (const auto& b : split(next())) o.batches.push_back(to_int(arg, b));
-    } else if (arg == "--steps") {
-      o.steps = to_int(arg, next());
-      steps_given = true;
-    } else if (arg == "--warmup") {
-      o.warmup = to_int(arg, next());
-    } else if (arg == "--data-dir") {
-      o.data_dir = next();
-    } else if (arg == "--no-eval") {
-      o.eval = false;
-    } else if (arg == "--no-extras") {
-      o.extras = false;
-    } else if (arg == "--libtorch") {
-      o.libtorch = next();
-    } else if (arg == "--no-libtorch") {
-      o.no_libtorch = true;
-    } else if (arg == "--pytorch") {
-      o.pytorch = next();
-    } else if (arg == "--threads") {
-      o.threads = int(to_int(arg, next()));
-      if (o.threads < 1) usage_error("--threads must be >= 1");
-    } else if (arg == "--amp") {
-      o.amp = next();
-      if (o.amp != "bf16" && o.amp != "f16") usage_error("--amp: expected bf16 or f16, got '" + o.amp + "'");
-    } else if (arg == "--busy") {
-      o.busy = true;
-    } else if (arg == "--epoch") {
-      o.epoch = true;
-    } else if (arg == "--json") {
-      o.json = true;
-    } else if (arg == "--smoke") {
-      o.smoke = true;
-    } else if (arg == "--first-call") {  // internal, see measure_first_call
-      o.first_call_batch = to_int(arg, next());
-    } else if (arg == "--first-call-device") {
-      o.first_call_device = next();
-    } else {
-      usage_error("unknown option " + arg);
-    }
+ParsedArgs parse_command_line(int argc, const char* const* argv) {
+  ParsedArgs parsed;
+  Options& o = parsed.options;
+  CLI::App app{"Times volt's training steps (and LibTorch's, PyTorch's) on the MNIST MLP and other models", "volt_bench"};
+  cli::setup(app);
+  app.get_formatter()->column_width(26);
+  app.add_option("--model", o.model,
+                 "mlp (default) or cnn: the MNIST CNN, Adadelta, cpu training steps,\n"
+                 "batch 64 unless --batch (bench/cnn_workload.h); gpt: examples/gpt's\n"
+                 "GPT, AdamW, batch 16 unless --batch, cpu and cuda (bench/gpt_workload.h);\n"
+                 "attention: flash against the decomposition, forward+backward, cpu,\n"
+                 "--batch gives the sequence lengths (bench/attention_bench.h)")
+      ->type_name("NAME")->check(cli::one_of({"mlp", "cnn", "gpt", "attention"}));
+  std::string modes, devices, batches;
+  app.add_option("--mode", modes,
+                 "eager,jit,step,lazy (default: all of them; step: the whole training step\n"
+                 "compiled by volt::jit::compile_step)")
+      ->type_name("NAME,...")->check(cli::each(cli::one_of(kModes)));
+  app.add_option("--device", devices, "cpu,cuda (default: both; cuda only when available)")
+      ->type_name("NAME,...")->check(cli::each(cli::one_of({"cpu", "cuda"})));
+  app.add_option("--batch", batches, "batch sizes (default 8,64,256,1024)")
+      ->type_name("N,...")->check(cli::each(cli::count(1)));
+  app.add_option("--steps", o.steps, "timed steps per cell (default: until the median is stable)")
+      ->check(cli::count(1));
+  app.add_option("--warmup", o.warmup, "untimed steps per cell first (default: automatic)")->check(cli::count(0));
+  app.add_option("--data-dir", o.data_dir, "MNIST batches from PATH (data::MNIST) instead of synthetic ones")
+      ->type_name("PATH");
+  bool no_eval = false, no_extras = false;
+  app.add_flag("--no-eval", no_eval, "time training steps only");
+  app.add_flag("--no-extras", no_extras, "skip first-call, overhead, bandwidth and memory figures");
+  app.add_option("--libtorch", o.libtorch, "the libtorch_bench binary to compare with (default: next to volt_bench)")
+      ->type_name("PATH");
+  app.add_flag("--no-libtorch", o.no_libtorch, "do not run LibTorch");
+  app.add_option("--pytorch", o.pytorch,
+                 "also run bench/pytorch_bench.py (with $VOLT_PYTHON, default /usr/bin/python3)")
+      ->type_name("PATH");
+  app.add_option("--threads", o.threads, "CPU threads for volt and LibTorch (default: OMP_NUM_THREADS or all cores)")
+      ->check(cli::count(1));
+  app.add_option("--amp", o.amp,
+                 "bf16 or f16: time every mlp/gpt cell again with autocast to TYPE (mode\n"
+                 "\"jit+bf16\"; volt::AutocastGuard, StepOptions::autocast), and LibTorch's\n"
+                 "CPU autocast for bf16")
+      ->type_name("TYPE")->check(cli::one_of({"bf16", "f16"}));
+  app.add_flag("--busy", o.busy, "also run an eager cell with 1 and 2 threads while 2 busy processes compete");
+  app.add_flag("--epoch", o.epoch, "with --data-dir: time a full epoch per mode and batch (the example's loop)");
+  app.add_flag("--json", o.json, "print one JSON array instead of tables");
+  app.add_flag("--smoke", o.smoke, "every cell, few steps, no LibTorch, no cold compile (for ./test.sh)");
+  // Internal: the child process that measures one first call (bench/extra_figures.cpp).
+  app.add_option("--first-call", o.first_call_batch)->group("")->check(cli::count(1));
+  app.add_option("--first-call-device", o.first_call_device)->group("")->check(cli::one_of({"cpu", "cuda"}));
+  if (cli::Outcome r = cli::try_parse(app, argc, argv); r.status >= 0) {
+    parsed.status = r.status;
+    parsed.text = r.text;
+    return parsed;
   }
-  const std::vector<std::string> cnn_modes = {"eager", "jit", "step", "lazy"};  // bench/cnn_workload.cpp's
-  if (o.model != "mlp" && !o.modes_given) o.modes = cnn_modes;  // gpt has the same four
-  const std::vector<std::string>& known = o.model != "mlp" ? cnn_modes : kModes;
-  for (const auto& m : o.modes)
-    if (std::find(known.begin(), known.end(), m) == known.end())
-      usage_error("--mode: unknown mode '" + m + "' (this build has eager, jit, step" +
-                  (known.size() > 3 ? ", lazy)" : ")"));
-  for (const auto& d : o.devices)
-    if (d != "cpu" && d != "cuda") usage_error("--device: unknown device '" + d + "' (cpu, cuda)");
-  for (int64_t b : o.batches)
-    if (b < 1) usage_error("--batch: batch sizes must be >= 1");
-  if (steps_given && o.steps < 1) usage_error("--steps must be >= 1");
-  if (o.epoch && o.data_dir.empty()) usage_error("--epoch needs --data-dir");
-  if (!o.amp.empty() && o.model != "mlp" && o.model != "gpt") usage_error("--amp: for --model mlp or gpt");
+  auto usage = [&](const std::string& message) {
+    parsed.status = 2;
+    parsed.text = cli::usage_error_text(app, message);
+    return parsed;
+  };
+
+  o.eval = !no_eval;
+  o.extras = !no_extras;
+  o.modes_given = app.count("--mode") > 0;
+  if (o.modes_given) o.modes = cli::split_list(modes);
+  if (app.count("--device")) o.devices = cli::split_list(devices);
+  o.batches_given = app.count("--batch") > 0;
+  if (o.batches_given) {
+    o.batches.clear();
+    for (const std::string& b : cli::split_list(batches)) o.batches.push_back(std::stoll(b));
+  }
+  if (o.epoch && o.data_dir.empty()) return usage("--epoch needs --data-dir");
+  if (!o.amp.empty() && o.model != "mlp" && o.model != "gpt") return usage("--amp: for --model mlp or gpt");
   if (o.smoke) {
-    if (!steps_given) o.steps = 2;
+    if (app.count("--steps") == 0) o.steps = 2;
     if (o.warmup < 0) o.warmup = 1;
     o.no_libtorch = true;
     o.pytorch.clear();
   }
-  return o;
+  return parsed;
+}
+
+Options parse_args(int argc, char** argv) {
+  ParsedArgs parsed = parse_command_line(argc, argv);
+  cli::finish({parsed.status, parsed.text});
+  return parsed.options;
 }
 
 }  // namespace volt::benchmark

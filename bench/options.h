@@ -34,10 +34,22 @@ struct Options {
   bool batches_given = false, modes_given = false;
 };
 
-// volt_bench's arguments; a bad one is a usage error.
+// The command line parsed (CLI11, volt/utils/cli.h): the options, or, where
+// status >= 0, what to print instead (the usage for --help, status 0; a usage
+// error, status 2).  Neither prints nor exits.
+struct ParsedArgs {
+  Options options;
+  int status = -1;
+  std::string text;
+};
+ParsedArgs parse_command_line(int argc, const char* const* argv);
+
+// volt_bench's arguments; --help prints the usage and exits 0, a bad one is a
+// usage error (exit status 2).
 Options parse_args(int argc, char** argv);
 
-// Prints the message and the usage to stderr and exits with status 2.
+// A usage error found later ("--model cnn runs on the cpu only"): the message
+// on stderr, exit status 2.
 [[noreturn]] void usage_error(const std::string& message);
 
 }  // namespace volt::benchmark

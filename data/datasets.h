@@ -131,8 +131,10 @@ template <std::derived_from<Sampler> S = RandomSampler>
 std::unique_ptr<OwningDataLoader> make_data_loader(datasets::MapDataset&& dataset,
                                                    const DataLoaderOptions& options = {}) {
   const ImageDataset& d = dataset.dataset();
-  return std::make_unique<OwningDataLoader>(d, options.batch_size_, detail::make_sampler<S>(d.size(), options.seed_),
-                                            options.drop_last_);
+  auto loader = std::make_unique<OwningDataLoader>(d, options.batch_size_, detail::make_sampler<S>(d.size(), options.seed_),
+                                                   options.drop_last_);
+  loader->workers(options.workers_);
+  return loader;
 }
 template <std::derived_from<Sampler> S = RandomSampler>
 std::unique_ptr<OwningDataLoader> make_data_loader(datasets::MapDataset&& dataset, int64_t batch_size) {

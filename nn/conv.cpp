@@ -23,18 +23,25 @@ std::string pair(const std::array<int64_t, 2>& p) {
 
 }  // namespace
 
-Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel_size, Conv2dOptions o)
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel_size, Conv2dArgs o)
     : Module("Conv2d"), in_(in_channels), out_(out_channels), kernel_(kernel_size), o_(o) {
   VOLT_CHECK(in_channels > 0 && out_channels > 0, "Conv2d",
              "channels must be positive, got in_channels=" << in_channels << ", out_channels=" << out_channels);
   VOLT_CHECK(kernel_size[0] > 0 && kernel_size[1] > 0, "Conv2d", "kernel_size must be positive, got " << pair(kernel_size));
+  VOLT_CHECK(o.stride[0] > 0 && o.stride[1] > 0 && o.padding[0] >= 0 && o.padding[1] >= 0 && o.dilation[0] > 0 &&
+                 o.dilation[1] > 0,
+             "Conv2d",
+             "expected positive stride and dilation and padding >= 0, got stride=" << pair(o.stride) << ", padding="
+                 << pair(o.padding) << ", dilation=" << pair(o.dilation));
   const double bound = 1.0 / std::sqrt(static_cast<double>(in_channels * kernel_size[0] * kernel_size[1]));
   weight_ = register_parameter("weight", uniform_init({out_channels, in_channels, kernel_size[0], kernel_size[1]}, bound));
   if (o.bias) bias_ = register_parameter("bias", uniform_init({out_channels}, bound));
 }
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride)
-    : Conv2d(in_channels, out_channels, {kernel_size, kernel_size}, Conv2dOptions{{stride, stride}}) {}
+    : Conv2d(in_channels, out_channels, {kernel_size, kernel_size}, Conv2dArgs{{stride, stride}}) {}
+
+Conv2d::Conv2d(const Conv2dOptions& o) : Conv2d(o.in_channels(), o.out_channels(), o.kernel_size(), o.args()) {}
 
 Tensor Conv2d::forward(const Tensor& x) {
   return volt::conv2d(x, weight_, bias_, volt::Conv2dOptions{o_.stride, o_.padding, o_.dilation, 1});

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <mutex>
 
+#include <volt/tensor/error.h>
+#include <volt/tensor/rng_barrier.h>
+
 namespace volt {
 
 #include <volt/tensor/philox.inc>
@@ -10,9 +13,26 @@ namespace volt {
 namespace {
 std::mutex g_mutex;
 PhiloxState g_state{0, 0};
+thread_local const char* t_barrier_who = nullptr;  // set by a GlobalRngBarrier
+thread_local const char* t_barrier_why = nullptr;
+
+void check_barrier() {
+  if (t_barrier_who) VOLT_FAIL(t_barrier_who, t_barrier_why);
+}
 }  // namespace
 
+GlobalRngBarrier::GlobalRngBarrier(const char* who, const char* why)
+    : prev_who_(t_barrier_who), prev_why_(t_barrier_why) {
+  t_barrier_who = who;
+  t_barrier_why = why;
+}
+GlobalRngBarrier::~GlobalRngBarrier() {
+  t_barrier_who = prev_who_;
+  t_barrier_why = prev_why_;
+}
+
 void manual_seed(uint64_t seed) {
+  check_barrier();
   std::lock_guard<std::mutex> lock(g_mutex);
   g_state = {seed, 0};
 }
@@ -23,11 +43,13 @@ PhiloxState rng_state() {
 }
 
 void set_rng_state(PhiloxState s) {
+  check_barrier();
   std::lock_guard<std::mutex> lock(g_mutex);
   g_state = s;
 }
 
 PhiloxState rng_reserve(uint64_t n) {
+  check_barrier();
   std::lock_guard<std::mutex> lock(g_mutex);
   PhiloxState s = g_state;
   g_state.offset += n;

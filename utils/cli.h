@@ -105,22 +105,70 @@ inline CLI::Validator positive() {
       "");
 }
 
+// Checks for one of `names`: "expected one of mlp, cnn, got 'rnn'".
+inline CLI::Validator one_of(std::vector<std::string> names) {
+  return CLI::Validator(
+      [names](std::string& s) -> std::string {
+        if (std::find(names.begin(), names.end(), s) != names.end()) return "";
+        std::string list;
+        for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+        return "expected one of " + list + ", got '" + s + "'";
+      },
+      "");
+}
+
+// The items of a comma-separated list ("8,64,256"), empty items skipped.
+inline std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t p = 0; p <= s.size();) {
+    const size_t q = std::min(s.find(',', p), s.size());
+    if (q > p) out.push_back(s.substr(p, q - p));
+    p = q + 1;
+  }
+  return out;
+}
+
+// Checks a comma-separated list whose every item passes `item`.
+inline CLI::Validator each(CLI::Validator item) {
+  return CLI::Validator(
+      [item](std::string& s) -> std::string {
+        const std::vector<std::string> items = split_list(s);
+        if (items.empty()) return "expected a comma-separated list, got '" + s + "'";
+        for (std::string i : items)
+          if (std::string m = item(i); !m.empty()) return m;
+        return "";
+      },
+      "");
+}
+
 inline void setup(CLI::App& app) { app.formatter(std::make_shared<Formatter>()); }
 
-// "PROGRAM: MESSAGE" and where the options are listed, on standard error; exit status 2.
+// "PROGRAM: MESSAGE" and where the options are listed, as a usage error prints it.
+inline std::string usage_error_text(const CLI::App& app, const std::string& message) {
+  return app.get_name() + ": " + message + "\n(--help lists the options)\n";
+}
+
+// The same on standard error; exit status 2.
 [[noreturn]] inline void usage_error(const CLI::App& app, const std::string& message) {
-  std::cerr << app.get_name() << ": " << message << "\n(--help lists the options)\n";
+  std::cerr << usage_error_text(app, message);
   std::exit(2);
 }
 
-// Parses the command line; --help prints the usage and exits 0, a usage error exits 2.
-inline void parse(CLI::App& app, int argc, char** argv) {
+// What parsing a command line came to: go on (status -1), or print `text` (the
+// usage for --help, status 0; a usage error, status 2) and exit with `status`.
+struct Outcome {
+  int status = -1;
+  std::string text;
+};
+
+// Parses the command line without printing or exiting (tests call this).
+inline Outcome try_parse(CLI::App& app, int argc, const char* const* argv) {
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::exit(app.exit(e));
-  } catch (const CLI::CallForAllHelp& e) {
-    std::exit(app.exit(e));
+  } catch (const CLI::CallForHelp&) {
+    return {0, app.help()};
+  } catch (const CLI::CallForAllHelp&) {
+    return {0, app.help("", CLI::AppFormatMode::All)};
   } catch (const CLI::ExtrasError& e) {
     std::string message = e.what();
     for (const std::string& extra : app.remaining()) {
@@ -130,10 +178,21 @@ inline void parse(CLI::App& app, int argc, char** argv) {
         break;
       }
     }
-    usage_error(app, message);
+    return {2, usage_error_text(app, message)};
   } catch (const CLI::ParseError& e) {
-    usage_error(app, e.what());
+    return {2, usage_error_text(app, e.what())};
   }
+  return {};
 }
+
+// Prints what try_parse's outcome says to and exits with its status, if it has one.
+inline void finish(const Outcome& outcome) {
+  if (outcome.status < 0) return;
+  (outcome.status == 0 ? std::cout : std::cerr) << outcome.text;
+  std::exit(outcome.status);
+}
+
+// Parses the command line; --help prints the usage and exits 0, a usage error exits 2.
+inline void parse(CLI::App& app, int argc, char** argv) { finish(try_parse(app, argc, argv)); }
 
 }  // namespace volt::utils::cli

@@ -66,6 +66,7 @@ struct Options {
   std::string data_dir = data::mnist_root();
   std::string device;  // empty: cuda when available, else cpu
   int64_t limit_steps = -1;  // training steps per epoch; -1 = all
+  int64_t workers = 0;       // DataLoader worker threads
   bool jit = true;
   bool step = false;  // --jit step: compile the whole training step
   bool distributed = false;  // under mpirun: one shard and one batch per rank, gradients averaged
@@ -98,6 +99,8 @@ Options parse_args(int argc, char** argv) {
   bool eager = false;
   app.add_flag("--eager", eager, "run the module eagerly");
   app.add_option("--limit-steps", o.limit_steps, "stop each epoch after N steps, for quick runs");
+  app.add_option("--workers", o.workers, "threads that make batches ahead of the training loop (DataLoader::workers)")
+      ->capture_default_str()->check(volt::utils::cli::count(0, 64));
   app.add_option("--log-json", o.log_json, "write one JSON object per logged step and per epoch to FILE");
   app.add_option("--plot", o.plot, "draw the loss and accuracy curves into FILE.svg");
   app.add_option("--save", o.save, "keep a checkpoint in DIR at the end of every epoch");
@@ -296,6 +299,8 @@ int main(int argc, char** argv) {
     data::DataLoader train_loader(train_set, o.batch_size, train_order);
     // Evaluation visits every sample once; the order does not change the count.
     data::DataLoader test_loader(test_set, o.batch_size, data::SequentialSampler(test_set.size()));
+    train_loader.workers(o.workers);
+    test_loader.workers(o.workers);
 
     auto net = std::make_shared<nn::MLP>(784, std::vector<int64_t>{784, 784, 784, 28, 10},
                                          /*bias=*/true, /*dropout=*/0.1);

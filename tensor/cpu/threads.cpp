@@ -2,6 +2,7 @@
 #include <volt/tensor/cpu/threads.h>
 
 #include <volt/tensor/cpu/contention.h>
+#include <volt/tensor/cpu/serial_guard.h>
 
 #include <fcntl.h>
 #include <sched.h>
@@ -228,6 +229,9 @@ void set_num_threads(int n) {
   omp_set_num_threads(n);
 #endif
 }
+
+SerialGuard::SerialGuard() : prev_(in_region) { in_region = true; }
+SerialGuard::~SerialGuard() { in_region = prev_; }
 
 void parallel_tasks(int64_t tasks, void (*fn)(const void*, int64_t), const void* ctx) {
   Pool::get().run(tasks, fn, ctx);

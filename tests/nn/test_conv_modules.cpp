@@ -12,8 +12,10 @@
 #include <volt/nn/sequential.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
+#include "tests/error_of.h"
 
 using namespace volt;
+using volt::testing::error_of;
 
 TEST_CASE("Conv2d, MaxPool2d and Flatten print as PyTorch's") {
   CHECK(nn::Conv2d(1, 32, 3, 1).repr() == "Conv2d(1, 32, kernel_size=(3, 3), stride=(1, 1))");
@@ -72,4 +74,56 @@ TEST_CASE("Normalize and the image-shaped view of a dataset") {
   CHECK(images.get(1).data.to_vector<float>()[29] == 784 + 29);
   CHECK(images.get(1).target.item<int64_t>() == 7);
   CHECK_THROWS_WITH_AS(data::with_sample_shape(flat, {1, 27, 28}), doctest::Contains("with_sample_shape"), Error);
+}
+
+TEST_CASE("Conv2dOptions(1, 10, 5).stride(2), LibTorch's spelling, builds the designated-initialiser layer") {
+  const nn::Conv2dOptions d(1, 10, 5);  // LibTorch's defaults
+  CHECK(d.in_channels() == 1);
+  CHECK(d.out_channels() == 10);
+  CHECK(d.kernel_size() == std::array<int64_t, 2>{5, 5});
+  CHECK(d.stride() == std::array<int64_t, 2>{1, 1});
+  CHECK(d.padding() == std::array<int64_t, 2>{0, 0});
+  CHECK(d.dilation() == std::array<int64_t, 2>{1, 1});
+  CHECK(d.bias());
+  struct Case {
+    nn::Conv2dOptions chained;
+    std::array<int64_t, 2> kernel;
+    nn::Conv2dArgs args;
+  };
+  const std::vector<Case> cases = {
+      {nn::Conv2dOptions(1, 10, 5), {5, 5}, {}},
+      {nn::Conv2dOptions(1, 10, 5).stride(2), {5, 5}, {.stride = {2, 2}}},
+      {nn::Conv2dOptions(3, 4, {3, 2}).stride({2, 1}).padding(1).dilation({1, 2}).bias(false), {3, 2},
+       {.stride = {2, 1}, .padding = {1, 1}, .dilation = {1, 2}, .bias = false}},
+  };
+  const Tensor x = Tensor::randn({2, 3, 12, 11});
+  for (size_t c = 0; c < cases.size(); ++c) {
+    CAPTURE(c);
+    const Case& k = cases[c];
+    manual_seed(7);
+    nn::Conv2d a(k.chained);
+    manual_seed(7);
+    nn::Conv2d b(k.chained.in_channels(), k.chained.out_channels(), k.kernel, k.args);
+    CHECK(a.repr() == b.repr());
+    const auto pa = a.named_parameters(), pb = b.named_parameters();
+    REQUIRE(pa.size() == (k.args.bias ? 2u : 1u));
+    REQUIRE(pb.size() == pa.size());
+    for (size_t i = 0; i < pa.size(); ++i) {
+      CHECK(pa[i].first == pb[i].first);
+      CHECK(pa[i].second.sizes() == pb[i].second.sizes());
+      CHECK(equal(pa[i].second, pb[i].second));
+    }
+    const Tensor in = x.narrow(1, 0, k.chained.in_channels()).contiguous();
+    const Tensor ya = a.forward(in);
+    CHECK(equal(ya, b.forward(in)));
+    // The functional op with the same geometry, an independent reference.
+    const Tensor want = conv2d(in, a.weight(), a.bias(),
+                               volt::Conv2dOptions{k.args.stride, k.args.padding, k.args.dilation, 1});
+    CHECK(equal(ya, want));
+  }
+  CHECK(nn::Conv2d(nn::Conv2dOptions(1, 10, 5).stride(2)).repr() == "Conv2d(1, 10, kernel_size=(5, 5), stride=(2, 2))");
+  const std::string bad_stride = error_of([] { nn::Conv2d(nn::Conv2dOptions(1, 10, 5).stride(0)); });
+  CHECK(bad_stride.find("Conv2d: expected positive stride and dilation and padding >= 0, got stride=(0, 0)") !=
+        std::string::npos);
+  CHECK(error_of([] { nn::Conv2d(1, 10, {5, 5}, {.padding = {-1, 0}}); }).find("padding=(-1, 0)") != std::string::npos);
 }
