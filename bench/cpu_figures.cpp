@@ -138,7 +138,12 @@ double bf16_dot_peak_gflops(int threads) {
   return best_of_rounds(threads, [] { return cpu::bf16_dot_loop(25'000'000); });
 }
 
-Figure bf16_gemm(int64_t size, int threads, double peak_gflops) {
+// Rounds of ~0.15 s each at 1.5 TFLOP/s a core.
+double amx_bf16_peak_gflops(int threads) {
+  return best_of_rounds(threads, [] { return cpu::bf16_amx_loop(3'500'000); });
+}
+
+Figure bf16_gemm(int64_t size, int threads, double dot_peak_gflops, double amx_peak_gflops) {
   const int before = cpu::num_threads();
   cpu::set_num_threads(threads);
   manual_seed(3);
@@ -148,9 +153,10 @@ Figure bf16_gemm(int64_t size, int threads, double peak_gflops) {
   const double gflops = 2.0 * double(size) * double(size) * double(size) / s / 1e9;
   return {"bf16_gemm",
           {{"size", double(size)}, {"threads", double(threads)}, {"ms", s * 1e3}, {"gflops", gflops},
-           {"fraction_of_peak", peak_gflops > 0 ? gflops / peak_gflops : 0.0}},
+           {"fraction_of_peak", dot_peak_gflops > 0 ? gflops / dot_peak_gflops : 0.0},
+           {"fraction_of_amx_peak", amx_peak_gflops > 0 ? gflops / amx_peak_gflops : 0.0}},
           std::string("matmul of two bf16 (n, n), ") + cpu::bf16_gemm_name(cpu::bf16_gemm()) +
-              " path; peak: the vdpbf16ps loop"};
+              " path; fraction_of_peak: of the vdpbf16ps loop, fraction_of_amx_peak: of the tdpbf16ps loop"};
 }
 
 std::vector<Figure> gemm_shapes(int64_t batch, double peak_gflops) {

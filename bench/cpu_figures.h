@@ -25,9 +25,14 @@ double fma_peak_gflops(int threads);
 // flops each) on `threads` threads at once; 0 on a CPU without AVX512_BF16.
 double bf16_dot_peak_gflops(int threads);
 
+// GFLOP/s of a tile-only AMX loop (4 independent tdpbf16ps, 16384 flops
+// each) on `threads` threads at once; 0 where AMX is not available.
+double amx_bf16_peak_gflops(int threads);
+
 // matmul of two bf16 (size, size) tensors on `threads` threads: GFLOP/s and
-// the fraction of `peak_gflops` (the bf16 dot peak for those threads).
-Figure bf16_gemm(int64_t size, int threads, double peak_gflops);
+// its fractions of `dot_peak_gflops` (the vdpbf16ps loop) and of
+// `amx_peak_gflops` (the tdpbf16ps loop), both for those threads.
+Figure bf16_gemm(int64_t size, int threads, double dot_peak_gflops, double amx_peak_gflops);
 
 // The seed model's GEMMs at `batch` (forward x W^T + b, input gradient g W,
 // weight gradient g^T x, for 784x784, 784x28 and 28x10): GFLOP/s and the

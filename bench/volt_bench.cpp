@@ -354,11 +354,13 @@ void add_cpu_figures(const Options& o, std::vector<Metric>& metrics) {
     metrics.push_back({"fma_peak", {{"threads", double(threads)}, {"gflops", peak}}, "all threads at once"});
   for (int64_t batch : o.batches)
     for (auto& f : bench_cpu::gemm_shapes(batch, peak)) metrics.push_back({f.name, f.values, f.note});
-  // The bf16 GEMM at 1024^3 against the vdpbf16ps peak, 1 and all threads.
+  // The bf16 GEMM at 1024^3 against the vdpbf16ps and the AMX peaks, 1 and all threads.
   for (int t : threads > 1 ? std::vector<int>{1, threads} : std::vector<int>{1}) {
-    const double bf16_peak = bench_cpu::bf16_dot_peak_gflops(t);
+    const double bf16_peak = bench_cpu::bf16_dot_peak_gflops(t), amx_peak = bench_cpu::amx_bf16_peak_gflops(t);
     metrics.push_back({"bf16_dot_peak", {{"threads", double(t)}, {"gflops", bf16_peak}}, "register-only vdpbf16ps loop"});
-    const bench_cpu::Figure f = bench_cpu::bf16_gemm(1024, t, bf16_peak);
+    if (amx_peak > 0)
+      metrics.push_back({"amx_bf16_peak", {{"threads", double(t)}, {"gflops", amx_peak}}, "tile-only AMX tdpbf16ps loop"});
+    const bench_cpu::Figure f = bench_cpu::bf16_gemm(1024, t, bf16_peak, amx_peak);
     metrics.push_back({f.name, f.values, f.note});
   }
   for (int64_t batch : o.batches) {

@@ -5,9 +5,10 @@
 // state.  Its gradient reads only the output: y > 0 exactly where the element
 // was kept and its pre-activation was positive, so dL/dz = g / (1 - p) there and
 // 0 elsewhere, the mask never stored nor drawn again.  Anywhere else (a tracer,
-// another device, other dtypes) it is the chain itself.
+// another device, other dtypes, autocast) it is the chain itself.
 #include <volt/autograd/node.h>
 #include <volt/nn/functional.h>
+#include <volt/tensor/autocast.h>
 #include <volt/tensor/cpu/gemm.h>
 #include <volt/tensor/random.h>
 
@@ -17,9 +18,12 @@ namespace {
 
 bool on_cpu(const Tensor& t) { return t.defined() && t.has_data() && t.device().type == DeviceType::CPU; }
 
-// Whether the fused kernel takes these operands (cpu_linear_relu_dropout's checks).
+// Whether the fused kernel takes these operands (cpu_linear_relu_dropout's
+// checks).  Not under autocast: there the chain's linear runs in the 16-bit
+// type, which the fused f32 kernel would silently skip.
 bool fusable(const Tensor& x, const Tensor& w, const Tensor& b) {
-  if (current_mode() != nullptr || !on_cpu(x) || !on_cpu(w) || (b.defined() && !on_cpu(b))) return false;
+  if (current_mode() != nullptr || autocast_dtype() || !on_cpu(x) || !on_cpu(w) || (b.defined() && !on_cpu(b)))
+    return false;
   const DType dt = x.dtype();
   if ((dt != DType::f32 && dt != DType::f64) || w.dtype() != dt || (b.defined() && b.dtype() != dt)) return false;
   return x.dim() >= 1 && w.dim() == 2 && x.size(-1) == w.size(1) &&

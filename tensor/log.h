@@ -7,7 +7,7 @@
 //   graph        a compiled CUDA step that is not captured as a CUDA graph, and why
 //   lazy         the lazy device: each graph compile and why it missed the cache
 //   cuda         each NVRTC compile and its time; cuda-source adds the numbered source
-//   gemm         the CPU's bf16 GEMM: which path runs (dpbf16 or the f32 fallback), once
+//   gemm         the CPU's bf16 GEMM: which path runs (amx, dpbf16 or the f32 fallback), once
 #pragma once
 #include <string_view>
 

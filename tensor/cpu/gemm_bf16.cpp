@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <volt/tensor/cpu/gemm.h>
+#include <volt/tensor/cpu/gemm_amx.h>
 #include <volt/tensor/cpu/gemm_bf16.h>
 #include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/error.h>
@@ -159,31 +160,45 @@ std::vector<float> widen(const BF16* x, int64_t rows, int64_t cols, int64_t rs, 
 
 Bf16Gemm& current() {
   static Bf16Gemm path = [] {
-    Bf16Gemm p = bf16_dot_supported() ? Bf16Gemm::dpbf16 : Bf16Gemm::f32;
+    Bf16Gemm p = bf16_amx_supported() ? Bf16Gemm::amx : bf16_dot_supported() ? Bf16Gemm::dpbf16 : Bf16Gemm::f32;
     if (const char* e = std::getenv("VOLT_BF16_GEMM"); e && *e) {
       const std::string s = e;
-      VOLT_CHECK(s == "f32" || s == "dpbf16", "VOLT_BF16_GEMM", "expects f32 or dpbf16, got '" << s << "'");
-      p = s == "f32" ? Bf16Gemm::f32 : Bf16Gemm::dpbf16;
-      VOLT_CHECK(p == Bf16Gemm::f32 || bf16_dot_supported(), "VOLT_BF16_GEMM",
+      VOLT_CHECK(s == "amx" || s == "dpbf16" || s == "f32", "VOLT_BF16_GEMM",
+                 "expects amx, dpbf16 or f32, got '" << s << "'");
+      p = s == "amx" ? Bf16Gemm::amx : s == "dpbf16" ? Bf16Gemm::dpbf16 : Bf16Gemm::f32;
+      VOLT_CHECK(p != Bf16Gemm::dpbf16 || bf16_dot_supported(), "VOLT_BF16_GEMM",
                  "asks for dpbf16, which this CPU does not have (no AVX512_BF16)");
+      VOLT_CHECK(p != Bf16Gemm::amx || bf16_amx_supported(), "VOLT_BF16_GEMM",
+                 "asks for amx, which is not available: " << amx_unavailable_reason());
     }
     return p;
   }();
   return path;
 }
 
-// The one log line: which path runs, the first time a bf16 GEMM does.
+const char* describe(Bf16Gemm p) {
+  switch (p) {
+    case Bf16Gemm::amx: return "amx (AMX tiles, tdpbf16ps, f32 sums)";
+    case Bf16Gemm::dpbf16: return "dpbf16 (AVX512_BF16 vdpbf16ps, f32 sums)";
+    case Bf16Gemm::f32: break;
+  }
+  return "f32 (bf16 widened to f32, f32 GEMM kernels)";
+}
+
+// The log lines, the first time a bf16 GEMM runs: which path, and an OS
+// that refused the CPU's AMX.
 void note_path(Bf16Gemm p) {
   static std::atomic<bool> said{false};
-  if (log_enabled("gemm") && !said.exchange(true))
-    std::fprintf(stderr, "volt: bf16 GEMM: %s\n",
-                 p == Bf16Gemm::dpbf16 ? "dpbf16 (AVX512_BF16 vdpbf16ps, f32 sums)"
-                                       : "f32 (bf16 widened to f32, f32 GEMM kernels)");
+  if (!log_enabled("gemm") || said.exchange(true)) return;
+  if (amx_refused()) std::fprintf(stderr, "volt: AMX not used: %s\n", amx_unavailable_reason().c_str());
+  std::fprintf(stderr, "volt: bf16 GEMM: %s\n", describe(p));
 }
 
 }  // namespace
 
-const char* bf16_gemm_name(Bf16Gemm path) { return path == Bf16Gemm::dpbf16 ? "dpbf16" : "f32"; }
+const char* bf16_gemm_name(Bf16Gemm path) {
+  return path == Bf16Gemm::amx ? "amx" : path == Bf16Gemm::dpbf16 ? "dpbf16" : "f32";
+}
 
 bool bf16_dot_supported() {
 #ifdef VOLT_BF16_X86
@@ -195,10 +210,14 @@ bool bf16_dot_supported() {
 #endif
 }
 
+bool bf16_amx_supported() { return amx_supported(); }
+
 Bf16Gemm bf16_gemm() { return current(); }
 
 void set_bf16_gemm(Bf16Gemm p) {
-  VOLT_CHECK(p == Bf16Gemm::f32 || bf16_dot_supported(), "set_bf16_gemm", "this CPU has no AVX512_BF16");
+  VOLT_CHECK(p != Bf16Gemm::dpbf16 || bf16_dot_supported(), "set_bf16_gemm", "this CPU has no AVX512_BF16");
+  VOLT_CHECK(p != Bf16Gemm::amx || amx_supported(), "set_bf16_gemm",
+             "the amx path is not available: " << amx_unavailable_reason());
   current() = p;
 }
 
@@ -212,6 +231,7 @@ void gemm_bf16(const BF16* a, int64_t m, int64_t k, int64_t ars, int64_t acs, co
     for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
     return;
   }
+  if (p == Bf16Gemm::amx) return gemm_amx(a, m, k, ars, acs, b, n, brs, bcs, c, ldc);
   if (p == Bf16Gemm::dpbf16) return gemm_dpbf16(a, m, k, ars, acs, b, n, brs, bcs, c, ldc);
   const std::vector<float> a32 = widen(a, m, k, ars, acs), b32 = widen(b, k, n, brs, bcs);
   gemm_f32(a32.data(), m, k, k, 1, b32.data(), n, n, 1, c, ldc);
@@ -224,5 +244,7 @@ double bf16_dot_loop(int64_t iters) {
   (void)iters;
   return 0;
 }
+
+double bf16_amx_loop(int64_t iters) { return amx_dot_loop(iters); }
 
 }  // namespace volt::cpu

@@ -16,6 +16,7 @@
 #include <volt/nn/functional.h>
 #include <volt/nn/linear.h>
 #include <volt/nn/mlp.h>
+#include <volt/tensor/autocast.h>
 #include <volt/tensor/cpu/gemm.h>
 #include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/random.h>
@@ -209,6 +210,45 @@ TEST_CASE("Sequential (MLP) runs Linear -> ReLU -> Dropout fused in eager mode: 
   const Tensor y = seq.forward(sample({2, 4}, DType::f32, 53));
   REQUIRE(y.impl()->grad_fn != nullptr);
   CHECK(y.impl()->grad_fn->name() == "linear_relu_dropout_backward");
+}
+
+TEST_CASE("linear_relu_dropout under eager autocast: the chain's ops in bf16, as each layer alone runs") {
+  manual_seed(10);
+  auto net = std::make_shared<nn::MLP>(20, std::vector<int64_t>{30, 25, 7}, /*bias=*/true, /*dropout=*/0.2);
+  net->train();
+  const Tensor x = sample({13, 20}, DType::f32, 54);
+  std::vector<Tensor> grads[2];
+  Tensor out[2];
+  for (int layered = 0; layered < 2; ++layered) {
+    net->zero_grad();
+    set_rng_state({32, 0});
+    Tensor y;
+    {
+      AutocastGuard amp(DType::bf16);
+      y = x;
+      if (layered)
+        for (const auto& [name, layer] : net->named_children()) y = layer->forward(y);
+      else
+        y = net->forward(x);
+    }
+    sum(y.to(DType::f32)).backward();
+    out[layered] = y.detach();
+    for (const Tensor& p : net->parameters()) grads[layered].push_back(p.grad());
+  }
+  // The linears ran in bf16 (the result's type), and the fused call gave what
+  // the layers one by one give; the parameters' gradients stay f32.
+  CHECK(out[0].dtype() == DType::bf16);
+  CHECK(bits_differ(out[0].to(DType::f32), out[1].to(DType::f32)) == 0);
+  const Tensor h = F::linear_relu_dropout(x, net->parameters()[0], net->parameters()[1], 0.0, false);
+  CHECK(h.dtype() == DType::f32);
+  {
+    AutocastGuard amp(DType::bf16);
+    CHECK(F::linear_relu_dropout(x, net->parameters()[0], net->parameters()[1], 0.0, false).dtype() == DType::bf16);
+  }
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    CHECK(grads[0][i].dtype() == DType::f32);
+    CHECK(bits_differ(grads[0][i], grads[1][i]) == 0);
+  }
 }
 
 TEST_CASE("cpu_relu_dropout_backward: the gradient where the output is positive, scaled; bad operands named") {
