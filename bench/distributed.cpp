@@ -28,6 +28,7 @@
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
 #include <volt/nn/parallel/ddp.h>
+#include <volt/utils/cli.h>
 #include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/random.h>
 
@@ -62,33 +63,30 @@ struct Options {
   bool smoke = false;
 };
 
+// The same command-line conventions as volt_bench's other cells (volt/utils/cli.h):
+// type names in the usage, "did you mean", exit status 2 for a usage error.
 Options parse(int argc, char** argv) {
+  namespace cli = volt::utils::cli;
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      VOLT_CHECK(i + 1 < argc, "volt_bench --distributed", a << " needs a value");
-      return argv[++i];
-    };
-    if (a == "--distributed") continue;
-    if (a == "--batch") {
-      o.batches.clear();
-      std::string list = value();
-      for (size_t p = 0; p <= list.size();) {
-        size_t q = std::min(list.find(',', p), list.size());
-        o.batches.push_back(std::stoll(list.substr(p, q - p)));
-        p = q + 1;
-      }
-    } else if (a == "--steps") {
-      o.steps = std::stoll(value());
-    } else if (a == "--smoke") {
-      o.smoke = true;
-    } else {
-      VOLT_FAIL("volt_bench --distributed", "unknown option " << a << " (--batch, --steps, --smoke)");
-    }
+  CLI::App app{"volt_bench --distributed: data-parallel training steps of the seed MLP on 2 MPI ranks",
+               "volt_bench --distributed"};
+  cli::setup(app);
+  bool distributed = false;
+  std::string batches;
+  app.add_flag("--distributed", distributed, "data-parallel cells (run under mpirun -np 2)");
+  app.add_option("--batch", batches, "global batch sizes, even (default 64,256)")
+      ->type_name("N,...")
+      ->check(cli::each(cli::count(2)));
+  app.add_option("--steps", o.steps, "timed steps per cell (default: until the median is stable)")
+      ->check(cli::count(1));
+  app.add_flag("--smoke", o.smoke, "few steps per cell (for ./test.sh)");
+  cli::parse(app, argc, argv);
+  if (app.count("--batch")) {
+    o.batches.clear();
+    for (const std::string& b : cli::split_list(batches)) o.batches.push_back(std::stoll(b));
   }
   for (int64_t b : o.batches)
-    VOLT_CHECK(b >= 2 && b % 2 == 0, "volt_bench --distributed", "--batch: even sizes >= 2, got " << b);
+    if (b % 2 != 0) cli::usage_error(app, "--batch: expected even sizes (one half per rank), got " + std::to_string(b));
   return o;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench/options.h"
+#include "tests/skip.h"
 #include "run_example.h"
 
 namespace {
@@ -124,8 +125,7 @@ TEST_CASE("volt_bench's command line: every usage error is status 2 and says wha
 TEST_CASE("volt_bench's exit statuses, where it was built") {
   const std::filesystem::path bench = std::filesystem::path(VOLT_BUILD_DIR) / "bench" / "volt_bench";
   if (!std::filesystem::exists(bench)) {
-    MESSAGE("skipped: " << bench.string() << " was not built (this build's targets leave the benchmark out)");
-    return;
+    VOLT_SKIP(bench.string() + " was not built (this build's targets leave the benchmark out)");
   }
   using volt::testing::run_command;
   CHECK(run_command(bench.string() + " --help").status == 0);
@@ -133,4 +133,18 @@ TEST_CASE("volt_bench's exit statuses, where it was built") {
   CHECK(r.status == 2);
   CHECK(has(r.out, "--batch: expected an integer >= 1, got '0'"));
   CHECK(run_command(bench.string() + " --step 2").status == 2);
+#ifdef VOLT_WITH_MPI
+  // The data-parallel cells' own options are read before MPI starts, so the
+  // usage errors need no mpirun.
+  auto d = run_command(bench.string() + " --distributed --batch 6,7");
+  CHECK(d.status == 2);
+  CHECK(has(d.out, "--batch: expected even sizes (one half per rank), got 7"));
+  d = run_command(bench.string() + " --distributed --step 2");
+  CHECK(d.status == 2);
+  CHECK(has(d.out, "did you mean --steps?"));
+  d = run_command(bench.string() + " --distributed --steps 0");
+  CHECK(d.status == 2);
+  CHECK(has(d.out, "--steps: expected an integer >= 1, got '0'"));
+  CHECK(run_command(bench.string() + " --distributed --help").status == 0);
+#endif
 }
