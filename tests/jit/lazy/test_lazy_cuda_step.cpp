@@ -1,0 +1,74 @@
+// The lazy device with a CUDA backend over a training step: what the host
+// waits for.  The counts come from the simulated GPU (tests/cudasim); on a
+// real GPU or without one the cases say so and check only what they can.
+#include <doctest/doctest.h>
+
+#include <volt/jit/lazy/lazy.h>
+#include <volt/tensor/device.h>
+#include <volt/tensor/ops.h>
+#ifdef VOLT_WITH_CUDA
+#include <volt/tensor/cuda/graph.h>
+#endif
+#include "tests/tensor/reference.h"
+
+using namespace volt;
+using volt::testing::max_abs_diff;
+
+#ifdef VOLT_WITH_CUDA
+namespace {
+
+// One step of a linear classifier: loss and the weight's gradient.
+Tensor step_loss(const Tensor& x, const Tensor& w, const Tensor& target) {
+  Tensor loss = cross_entropy(volt::relu(volt::linear(x, w)), target);
+  loss.backward();
+  return loss;
+}
+
+}  // namespace
+
+TEST_CASE("lazy: the CUDA backend checks a step's targets on the device, the host waits once a step") {
+  if (!cuda::is_available()) {
+    MESSAGE("skipped: no GPU here");
+    return;
+  }
+  // Counted on the simulated GPU only; on a real one the values and the error are checked.
+  auto counters = [] { return cuda::simulated_counters().value_or(cuda::SimCounters{}); };
+  const bool counted = cuda::simulated_counters().has_value();
+  lazy::mark_step();
+  lazy::clear_cache();
+  lazy::metrics::reset();
+  lazy::set_backend(Device::cuda(0));
+  Tensor x = Tensor::randn({8, 6}), w0 = Tensor::randn({5, 6});
+  Tensor y = Tensor::from_vector<int64_t>({0, 4, 2, 1, 3, 3, 0, 4});
+  Tensor we = w0.clone().requires_grad_();
+  Tensor want = step_loss(x, we, y);
+
+  Tensor xl = x.to(kLazy), yl = y.to(kLazy);
+  for (int i = 0; i < 3; ++i) {  // the first step compiles; the later ones are the steady state
+    lazy::wait_device_ops();
+    const cuda::SimCounters before = counters();
+    Tensor wl = w0.to(kLazy).requires_grad_();
+    Tensor got = step_loss(xl, wl, yl);
+    lazy::mark_step();
+    const cuda::SimCounters recorded = counters();
+    lazy::wait_device_ops();
+    const cuda::SimCounters after = counters();
+    CAPTURE(i);
+    if (counted && i > 0) {
+      CHECK(recorded.host_syncs - before.host_syncs == 0);  // the target check did not read y on the host
+      CHECK(after.host_syncs - recorded.host_syncs == 1);   // wait_device_ops is the step's one wait
+    }
+    CHECK(max_abs_diff(got, want) < 1e-5);
+    CHECK(max_abs_diff(wl.grad(), we.grad()) < 1e-5);
+  }
+  CHECK(lazy::metrics::counter_value("DataOp.check_target_range") == 3);
+  CHECK(lazy::metrics::counter_value("Fallback.check_target_range") == 0);
+
+  // A bad target is found by the kernel and reported at the wait, with nll_loss's message.
+  Tensor bad = Tensor::from_vector<int64_t>({0, 4, 9, 1, 3, 3, 0, 4}).to(kLazy);
+  Tensor loss = cross_entropy(volt::linear(xl, w0.to(kLazy)), bad);
+  lazy::mark_step();
+  CHECK_THROWS_WITH_AS(lazy::wait_device_ops(), doctest::Contains("target values must lie in [0, 5), got 9"), Error);
+  lazy::set_backend(kCPU);
+}
+#endif  // VOLT_WITH_CUDA
