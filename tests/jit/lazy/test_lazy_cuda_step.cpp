@@ -9,6 +9,7 @@
 #include <volt/tensor/ops.h>
 #ifdef VOLT_WITH_CUDA
 #include <volt/tensor/cuda/graph.h>
+#include "cuda/skip_without_gpu.h"
 #endif
 #include "tests/tensor/reference.h"
 
@@ -30,10 +31,7 @@ Tensor train_step(const Tensor& x, const Tensor& target, nn::Adam& opt) {
 }  // namespace
 
 TEST_CASE("lazy: the CUDA backend checks a step's targets on the device, the host waits once a step") {
-  if (!cuda::is_available()) {
-    MESSAGE("skipped: no GPU here");
-    return;
-  }
+  SKIP_WITHOUT_GPU();
   // Counted on the simulated GPU only; on a real one the values and the error are checked.
   auto counters = [] { return cuda::simulated_counters().value_or(cuda::SimCounters{}); };
   const bool counted = cuda::simulated_counters().has_value();
