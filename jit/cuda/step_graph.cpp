@@ -85,6 +85,20 @@ long long device_check_kind(const std::string& name) {
   return 0;
 }
 
+}  // namespace
+
+bool has_device_check(const OpCall& call) {
+  return call.op == OpId::custom && device_check_kind(op_name(call)) != 0;
+}
+
+OpCall device_check_call(const OpCall& call) {
+  VOLT_CHECK(has_device_check(call), "device_check_call", "expected a host index check, got " << op_name(call));
+  const std::string name = op_name(call);
+  return custom_call(device_range_check(name, device_check_kind(name)), call.args);
+}
+
+namespace {
+
 // Returns whether any check was moved onto the device (its kernel is then
 // loaded before the capture starts).
 bool use_device_checks(std::vector<BoundSymbol>& bsyms) {

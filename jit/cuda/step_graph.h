@@ -61,4 +61,12 @@ class StepGraph {
 // or null for a buffer of its own.
 Tensor* donated_output(int64_t id);
 
+// The device form of a host-side index check (nll_loss's target check,
+// embedding's index check): an op whose kernel notes an index out of range
+// in the device's error word, reported with the host check's message at the
+// next synchronisation, so the host need not wait to read the indices.
+// `call` must be such a check (has_device_check); the result takes its arguments.
+bool has_device_check(const OpCall& call);
+OpCall device_check_call(const OpCall& call);
+
 }  // namespace volt::jit::cuda

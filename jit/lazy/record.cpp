@@ -8,6 +8,9 @@
 #include <volt/jit/lazy/lazy.h>
 #include <volt/tensor/backend.h>
 #include <volt/tensor/custom_op.h>
+#ifdef VOLT_WITH_CUDA
+#include <volt/jit/cuda/step_graph.h>
+#endif
 
 namespace volt::lazy::detail {
 
@@ -71,7 +74,10 @@ ValuePtr value_of(const Tensor& t) {
 // (Fallback.<op>) when that cuts a graph, that is when an input was still a
 // pending node; an op whose inputs all hold their values already (nll_loss's
 // target check on a batch just moved to the device) cuts nothing and counts
-// as DataOp.<op>.
+// as DataOp.<op>.  On a CUDA backend an index check (that target check,
+// embedding's) runs as its device form: a kernel noting a bad index in the
+// error word, reported at the next synchronisation (wait_device_ops), so the
+// step does not wait for the device to hand the indices to the host.
 std::vector<Tensor> fallback(const OpCall& call) {
   std::vector<ValuePtr> pending;
   for (const Value& v : call.args)
@@ -84,6 +90,9 @@ std::vector<Tensor> fallback(const OpCall& call) {
     if (v.is_tensor && v.tensor.defined() && v.tensor.device().is_lazy())
       v.tensor = data_of(current(*state_of(v.tensor)), Reason::Fallback);
   if (c.attrs.device.is_lazy()) c.attrs.device = S().backend;
+#ifdef VOLT_WITH_CUDA
+  if (S().backend.is_cuda() && jit::cuda::has_device_check(c)) c = jit::cuda::device_check_call(c);
+#endif
   std::vector<Tensor> outs;
   {
     NoGradGuard no_grad;  // the caller's grad hook records the op on the lazy outputs

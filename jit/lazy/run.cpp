@@ -20,19 +20,28 @@ const char* reason_name(Reason r) {
 }
 
 // A graph's runtime scalars as the zero-dim tensors its trace inputs expect:
-// on the CPU, views into one block (8 bytes each, one allocation a run).
+// views into one block (8 bytes each).  On the CPU that is one allocation a
+// run; on another backend the block is filled on the host and copied over
+// whole (two allocations and one copy a run, not one of each per scalar).
 std::vector<Tensor> scalar_tensors(const std::vector<const Operand*>& scalars) {
   std::vector<Tensor> r;
   if (scalars.empty()) return r;
   r.reserve(scalars.size());
+  const int64_t n = static_cast<int64_t>(scalars.size());
   std::shared_ptr<Storage> block = Storage::allocate(8 * scalars.size(), kCPU);
   for (size_t i = 0; i < scalars.size(); ++i) {
     const Operand& o = *scalars[i];
     const int64_t offset = static_cast<int64_t>(8 * i / dtype_size(o.runtime_dtype));
     Tensor t = make_tensor(block, {}, {}, offset, o.runtime_dtype, kCPU);
     VOLT_DISPATCH_DTYPE(o.runtime_dtype, [&] { *static_cast<scalar_t*>(t.raw_data()) = static_cast<scalar_t>(o.scalar.value); });
-    r.push_back(S().backend.is_cpu() ? t : t.to(S().backend));
+    r.push_back(std::move(t));
   }
+  const Device to = S().backend;
+  if (to.is_cpu()) return r;
+  // The 8-byte slots copied as i64 words: bit for bit, whatever each slot holds.
+  const Tensor whole = make_tensor(block, {n}, {1}, 0, DType::i64, kCPU).to(to);
+  for (size_t i = 0; i < scalars.size(); ++i)
+    r[i] = make_tensor(whole.impl_ptr()->storage, {}, {}, r[i].impl_ptr()->offset, r[i].dtype(), to);
   return r;
 }
 
