@@ -8,14 +8,11 @@
 #include <volt/tensor/dispatch.h>
 #include <volt/tensor/error.h>
 
+#include <volt/jit/lazy/internal.h>  // Clock, us_since
+
 namespace volt::lazy::detail {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-int64_t us_since(Clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
-}
-
 // Runs a job into `run` (outputs or error); the time it took.
 int64_t execute(const Runner::Job& job, Run& run) {
   const auto t0 = Clock::now();

@@ -121,7 +121,7 @@ void conv_relu_pass(std::vector<Trace>& traces) {
 namespace {
 
 // Before claim, and in the jit before the grad pass: the fused prim's VJP reads its output.
-const bool g_registered = [] {
+const bool g_conv_relu_registered = [] {
   register_pass({"Convolution and ReLU", PassStage::Prims, /*rewrite=*/true, /*opt_in=*/false, conv_relu_pass});
   return true;
 }();

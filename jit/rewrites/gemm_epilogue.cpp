@@ -321,7 +321,7 @@ std::vector<Tensor> run_region(const BoundSymbol& f, const std::vector<Tensor>& 
   return outs;
 }
 
-const bool g_registered = [] {
+const bool g_gemm_epilogue_registered = [] {
   register_pass({"GEMM epilogues", PassStage::Regions, /*rewrite=*/true, /*opt_in=*/false,
                  [](std::vector<Trace>& traces) { traces.push_back(gemm_epilogue_pass(traces.back())); }});
   register_region_runner({is_gemm_epilogue, run_region});

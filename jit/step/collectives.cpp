@@ -41,7 +41,7 @@ Trace place_collectives_pass(const Trace& t) {
 namespace {
 
 // The compiled step asks for it (jit/step/step.cpp): all-reduces placed after compile.
-const bool g_registered = [] {
+const bool g_collectives_registered = [] {
   register_pass({"Place collectives", PassStage::Schedule, /*rewrite=*/false, /*opt_in=*/true,
                  [](std::vector<Trace>& traces) { traces.push_back(place_collectives_pass(traces.back())); }});
   return true;
