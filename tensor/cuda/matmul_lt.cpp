@@ -16,6 +16,7 @@
 // the vector's pointer changes call to call.  The workspace is cuBLAS's own
 // (same stream, so never used at once).
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <map>
 #include <mutex>
@@ -94,6 +95,10 @@ bool lt_gemm(const Tensor& a, const Tensor& b, const Tensor& out, cublasLtEpilog
   if (!lt || out.dtype() != DType::f32 || a.dtype() != DType::f32 || b.dtype() != DType::f32 || a.dim() != 2 ||
       b.dim() != 2 || out.dim() != 2 || !out.is_contiguous())
     return false;
+  // The heuristic assumes every pointer aligned to 256 bytes (cuBLASLt's
+  // default minimum alignments); a view that is not takes the plain path.
+  for (const void* p : std::initializer_list<const void*>{a.raw_data(), b.raw_data(), out.raw_data(), vec})
+    if (reinterpret_cast<uintptr_t>(p) % 256 != 0) return false;
   const std::optional<GemmCall> call = gemm_call(a.sizes(), a.strides(), b.sizes(), b.strides());
   if (!call) return false;
   const GemmCall& c = *call;
