@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include <volt/jit/codegen.h>
+#include <volt/jit/cuda/region_groups.h>
 #include <volt/jit/step/collectives.h>
 #include <volt/jit/executor.h>
 #include <volt/jit/tracer.h>
@@ -180,7 +181,15 @@ std::unordered_map<int64_t, Tensor> donations(const Trace& t, const std::vector<
     if (!b.is_fusion() || !b.kernel || b.subsymbols.empty() || b.kernel->row_len > 0) continue;
     bool reads_old = false;
     for (const Tensor& in : b.fusion_inputs) reads_old = reads_old || id_of(in) == old_id;
-    if (!reads_old || b.subsymbols.front().outputs.front().sizes() != old.sizes()) continue;
+    // The element the kernel writes is the one it read: the region's extent
+    // is the state's shape (a group's parts each have their own: the part
+    // making the new value, which alone reads the old one, region_groups.h).
+    const BoundSymbol* extent_of = &b.subsymbols.front();
+    if (is_region_group(b))
+      for (const BoundSymbol& p : b.subsymbols)
+        for (const Tensor& o : p.outputs)
+          if (id_of(o) == new_id) extent_of = &p;
+    if (!reads_old || extent_of->outputs.front().sizes() != old.sizes()) continue;
     r[new_id] = state.at(updated_state[k]);
   }
   return r;

@@ -265,11 +265,14 @@ std::string cross_entropy_source(DType t, bool backward) {
        << "}\n";
   } else {
     os << "// g () or (n), x (n, c), t (n) -> gx (n, c), one thread per row; count: the rows\n"
-       << "// not ignored (read for mean only)\n"
+       << "// not ignored (read for mean only), or null: each thread counts them itself\n"
        << "extern \"C\" __global__ void " << cross_entropy_name(t, true) << "(const " << T << "* g, const " << T
        << "* x, const long long* t, long long n, long long c, " << T
        << "* gx, long long* err, double nan, long long ignore, double smoothing, long long reduction, "
           "const double* count) {\n"
+       << "  double rows = 0;\n"
+       << "  if (reduction == 1 && !count)\n"
+       << "    for (long long q = 0; q < n; ++q) rows += t[q] != ignore ? 1.0 : 0.0;\n"
        << "  for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < n;\n"
        << "       r += (long long)blockDim.x * gridDim.x) {\n"
        << "    if (t[r] == ignore) {\n"
@@ -277,7 +280,7 @@ std::string cross_entropy_source(DType t, bool backward) {
        << "      continue;\n"
        << "    }\n"
        << "    const " << T << " scale = reduction == 0 ? g[r] : reduction == 2 ? g[0] : (" << T << ")(g[0] / ("
-       << T << ")count[0]);\n"
+       << T << ")(count ? count[0] : rows));\n"
        << "    if (volt_ce_target_ok(t[r], c, err)) {\n"
        << "      volt_ce_row_grad(x + r * c, c, t[r], scale, smoothing, gx + r * c);\n"
        << "    } else {\n"

@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
+
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -60,6 +62,30 @@ const CublasApi& cublas() {
     VOLT_RESOLVE(cublasGemmEx)
     VOLT_RESOLVE(cublasGemmStridedBatchedEx)
     return a;
+  }();
+  return api;
+}
+
+// The toolkit's cuBLASLt sits beside its cuBLAS: the same names with "Lt".
+std::string lt_name(std::string f) {
+  const size_t at = f.rfind("libcublas");
+  if (at != std::string::npos) f.insert(at + 9, "Lt");
+  return f;
+}
+
+const CublasLtApi* cublas_lt() {
+  static const CublasLtApi* api = []() -> const CublasLtApi* {
+    const char* e = std::getenv("VOLT_CUBLASLT");
+    if (e && std::string(e) == "0") return nullptr;
+    static CublasLtApi a;
+    try {
+      const std::string soname = lt_name(VOLT_CUBLAS_SONAME), file = lt_name(VOLT_CUBLAS_FILE);
+      Library lib("cuBLASLt", {soname.c_str(), file.c_str()});
+      VOLT_CUBLASLT_FUNCTIONS(VOLT_RESOLVE)
+    } catch (const Error&) {
+      return nullptr;  // optional: the plain cuBLAS path serves
+    }
+    return &a;
   }();
   return api;
 }

@@ -1,4 +1,4 @@
-// cuBLAS and NVRTC, opened on first use instead of linked.
+// cuBLAS, cuBLASLt and NVRTC, opened on first use instead of linked.
 //
 // Linking libcublas makes every program that loads libvolt map and relocate
 // about 200 MB of it at start (measured: an empty program linked with it has
@@ -12,6 +12,7 @@
 // preloaded stand-in such as tests/cudasim) is used as it is.  A library that
 // cannot be opened is a volt::Error naming it and what dlopen said.
 #pragma once
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <nvrtc.h>
 
@@ -21,6 +22,13 @@ namespace volt::cuda {
   X(cublasCreate_v2) X(cublasSetStream_v2) X(cublasSetWorkspace_v2) X(cublasSetMathMode)             \
   X(cublasGetStatusName) X(cublasGetStatusString) X(cublasSgemm_v2) X(cublasDgemm_v2)                \
   X(cublasSgemmStridedBatched) X(cublasDgemmStridedBatched)
+
+// cuBLASLt: the GEMMs whose epilogue adds a bias (tensor/cuda/matmul_lt.cpp).
+#define VOLT_CUBLASLT_FUNCTIONS(X)                                                                    \
+  X(cublasLtCreate) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)                          \
+  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)      \
+  X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                                \
+  X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
 
 #define VOLT_NVRTC_FUNCTIONS(X)                                                                       \
   X(nvrtcGetErrorString) X(nvrtcVersion) X(nvrtcGetNumSupportedArchs) X(nvrtcGetSupportedArchs)      \
@@ -42,6 +50,9 @@ struct CublasApi {
                                                cudaDataType, int, long long, const void*, void*, cudaDataType, int,
                                                long long, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
 };
+struct CublasLtApi {
+  VOLT_CUBLASLT_FUNCTIONS(VOLT_LIBRARY_MEMBER)
+};
 struct NvrtcApi {
   VOLT_NVRTC_FUNCTIONS(VOLT_LIBRARY_MEMBER)
 };
@@ -49,6 +60,9 @@ struct NvrtcApi {
 
 // Opened once; throws volt::Error when the library or a function is missing.
 const CublasApi& cublas();
+// cuBLASLt is optional: null when it cannot be opened or lacks a function
+// (GEMMs then take cuBLAS's plain path), or when VOLT_CUBLASLT=0.
+const CublasLtApi* cublas_lt();
 const NvrtcApi& nvrtc();
 
 }  // namespace volt::cuda

@@ -165,6 +165,7 @@ void cublas_linear(const Tensor& x0, const Tensor& w, const Tensor* bias, const 
     else fill(out, 0.0);
     return;
   }
+  if (bias && cublaslt_linear_bias(x, w, *bias, o)) return;
   // The bias is broadcast into the output first and the GEMM adds onto it (beta = 1).
   if (bias) strided_copy(o, bias->expand(o.sizes()));
   gemm_2d(x, w.t(), o, bias ? 1.0 : 0.0);

@@ -204,6 +204,10 @@ DeviceGuard::~DeviceGuard() {
 
 cudaStream_t stream(int device) { return per_device(device).stream; }
 cublasHandle_t cublas_handle(int device) { return per_device(device).cublas; }
+void* cublas_workspace(int device, size_t* bytes) {
+  *bytes = kCublasWorkspaceBytes;
+  return per_device(device).cublas_workspace;
+}
 int compute_capability(int device) { return per_device(device).cc; }
 bool is_initialized(int device) {
   return device >= 0 && device < kMaxDevices && devices()[device].ready.load();

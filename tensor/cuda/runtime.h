@@ -87,6 +87,9 @@ bool is_initialized(int device);
 int compute_capability(int device);
 int multiprocessor_count(int device);
 cublasHandle_t cublas_handle(int device);
+// The workspace given to the device's cuBLAS handle, also lent to cuBLASLt's
+// GEMMs (tensor/cuda/matmul_lt.cpp): both run on the device's one stream.
+void* cublas_workspace(int device, size_t* bytes);
 
 // FP32 GEMMs use full FP32 by default; TF32 tensor cores only when asked.
 void set_allow_tf32(bool on);

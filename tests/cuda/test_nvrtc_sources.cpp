@@ -10,6 +10,7 @@
 
 #include <volt/jit/codegen.h>
 #include <volt/jit/cuda/executors.h>
+#include <volt/jit/cuda/region_groups.h>
 #include <volt/jit/jit.h>
 #include <volt/nn/loss.h>
 #include <volt/nn/mlp.h>
@@ -215,6 +216,41 @@ TEST_CASE("nvrtc: the jit's fused kernels of the MLP training step compile with 
     for (const char* arch : kArchs) CHECK_NOTHROW(cuda::compile_ptx(src, arch));
   }
   CHECK(has_uniform);  // dropout's mask is drawn inside a fused kernel
+}
+
+// A group of regions launched as one kernel (jit/cuda/region_groups.h): the
+// parts' kernels, made by the one code generator, as device functions of it.
+TEST_CASE("nvrtc: a group of the MLP step's regions compiles as one kernel") {
+  manual_seed(0);
+  auto net = std::make_shared<nn::MLP>(784, std::vector<int64_t>{784, 28, 10}, true, 0.1);
+  auto jm = jit::jit(net);
+  nn::CrossEntropyLoss loss_fn;
+  Tensor loss = loss_fn(jm(Tensor::rand({8, 784})), Tensor::from_vector<int64_t>({0, 1, 2, 3, 4, 5, 6, 7}));
+  loss.backward();
+  std::vector<std::shared_ptr<const jit::FusedKernel>> kernels = jit::last_kernels(jm);
+  REQUIRE(kernels.size() >= 2);
+  // Each part's arguments in a table of their own, one after the other; two
+  // parts with the same kernel are one device function.
+  std::vector<jit::cuda::GroupPart> parts;
+  int next = 0;
+  for (const auto& k : {kernels[0], kernels[1], kernels[0]}) {
+    jit::cuda::GroupPart p{k.get(), {}};
+    for (long long j = 0; j < k->args; ++j) p.slots.push_back(next++);
+    parts.push_back(p);
+  }
+  REQUIRE(next < jit::kMaxKernelArgs);
+  const jit::FusedKernel g = jit::cuda::group_kernel(parts, "nvrtcFusion0_2");
+  CHECK(g.symbol.rfind("volt_group_", 0) == 0);
+  CHECK(g.extent == std::max(kernels[0]->extent, kernels[1]->extent));
+  const std::string src = jit::cuda_prelude() + g.body;
+  for (const char* arch : kArchs) {
+    std::string ptx;
+    CHECK_NOTHROW(ptx = cuda::compile_ptx(src, arch));
+    CHECK(ptx.find(".entry " + g.symbol) != std::string::npos);
+  }
+  // The key names every part's kernel and its place in the table.
+  parts[2].slots[0] = next;
+  CHECK(jit::cuda::group_kernel(parts, "nvrtcFusion0_2").key != g.key);
 }
 
 TEST_CASE("nvrtc: a failing source is reported with NVRTC's log and numbered lines") {
