@@ -48,10 +48,12 @@ std::vector<Tensor> run_backward(const std::vector<Value>& v, const PhiloxState&
                                   params_at(v, kBackwardTensors, rng));
 }
 
-// Where the kernels run: f32 and f64 on the CPU (and on CUDA devices where built).
+// Where the kernels run: f32, f64, bf16 and f16 on the CPU (the 16-bit types
+// computed in f32 inside the tiles), f32 and f64 on CUDA devices where built.
 // v[0] is q, or the output's gradient (of the same dtype and device) for the backward.
 bool supported(const std::vector<Value>& v) {
   const Tensor& q = v[0].tensor;
+  if (is_half(q.dtype())) return q.device().is_cpu();
   bool device_ok = q.device().is_cpu();
 #ifdef VOLT_WITH_CUDA
   // A CUDA thread holds its rows in registers: head dims up to kMaxAttentionHeadDim.
@@ -88,7 +90,7 @@ FlashExecutor::FlashExecutor() : OperatorExecutor("flash", "1") {
              const Tensor &q = v[0].tensor, &val = v[2].tensor;
              const Shape& s = q.sizes();
              return std::vector<TensorMeta>{{{s[0], s[1], s[2], val.sizes()[3]}, q.dtype(), q.device()},
-                                            {{s[0], s[1], s[2]}, q.dtype(), q.device()}};
+                                            {{s[0], s[1], s[2]}, flash_lse_dtype(q.dtype()), q.device()}};
            },
        .fn = [](const std::vector<Value>& v) { return run_forward(v, eager_rng(v, kForwardTensors)); },
        .arg_names = {"", "", "", "causal", "scale", "dropout_p", "rng_offset"},

@@ -12,6 +12,8 @@
 // gradient as scaled_dot_product_attention_backward, which flash runs as its
 // forward again (for the log-sum-exp) and its backward (tensor/attention.h,
 // attention_runs_whole).
+// Under bf16/f16 autocast q, k and v arrive in the 16-bit type and flash takes
+// them on the CPU: the tiles compute in f32, out is rounded once, lse is f32.
 // Dropout draws the same Philox counters as the decomposition's: rng_offset is
 // where the op's draws start among the program's (the tracer records it on the
 // composite; the lazy device, relative to its graph's first draw), and the

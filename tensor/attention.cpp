@@ -156,10 +156,22 @@ std::vector<Tensor> attention_backward_decomposition(const OpCall& call) {
 
 // ---------------------------------------------------------------- the tiled kernels
 
+DType flash_lse_dtype(DType q) { return is_half(q) ? DType::f32 : q; }
+
+namespace {
+
+// f32 and f64 everywhere; bf16 and f16 on the CPU (computed in f32 there).
+void check_flash_dtype(const Tensor& q, const char* op) {
+  const DType t = q.dtype();
+  VOLT_CHECK(t == DType::f32 || t == DType::f64 || (is_half(t) && q.device().is_cpu()), op,
+             "runs f32 and f64 (and bf16 and f16 on the CPU), got " << q.meta_str());
+}
+
+}  // namespace
+
 std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FlashParams& p) {
   check_attention_inputs(q, k, v, "flash_attention");
-  VOLT_CHECK(q.dtype() == DType::f32 || q.dtype() == DType::f64, "flash_attention",
-             "runs f32 and f64, got " << dtype_name(q.dtype()));
+  check_flash_dtype(q, "flash_attention");
 #ifdef VOLT_WITH_CUDA
   if (q.device().is_cuda()) return cuda::flash_attention_forward(q.contiguous(), k.contiguous(), v.contiguous(), p);
 #endif
@@ -177,8 +189,12 @@ std::vector<Tensor> flash_attention_backward(const Tensor& grad_out, const Tenso
              "flash_attention_backward",
              "expected the output and its gradient " << dtype_name(q.dtype()) << shape_str(want_out) << ", got "
                                                      << out.meta_str() << " and " << grad_out.meta_str());
-  VOLT_CHECK(lse.sizes() == Shape(want_out.begin(), want_out.end() - 1), "flash_attention_backward",
-             "expected lse " << shape_str(Shape(want_out.begin(), want_out.end() - 1)) << ", got " << lse.meta_str());
+  check_flash_dtype(q, "flash_attention_backward");
+  const DType lse_dtype = flash_lse_dtype(q.dtype());
+  VOLT_CHECK(lse.sizes() == Shape(want_out.begin(), want_out.end() - 1) && lse.dtype() == lse_dtype,
+             "flash_attention_backward",
+             "expected lse " << dtype_name(lse_dtype) << shape_str(Shape(want_out.begin(), want_out.end() - 1))
+                             << ", got " << lse.meta_str());
 #ifdef VOLT_WITH_CUDA
   if (q.device().is_cuda())
     return cuda::flash_attention_backward(grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(),

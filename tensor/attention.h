@@ -61,7 +61,11 @@ struct FlashParams {
 
 // -> {out (B, H, L, Ev), lse (B, H, L)}: lse is each query row's log-sum-exp
 // of its scaled, masked scores, which backward needs to recompute the weights.
+// f32 and f64 run on every device; bf16 and f16 on the CPU, where the kernels
+// read them into f32, compute in f32 and round out (and dq, dk, dv) once into
+// the operands' type.  lse is f32 for them (flash_lse_dtype).
 std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FlashParams& p);
+DType flash_lse_dtype(DType q);
 // -> {dq, dk, dv}, from the output's gradient and what forward returned.
 std::vector<Tensor> flash_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                              const Tensor& v, const Tensor& out, const Tensor& lse,

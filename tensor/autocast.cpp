@@ -24,6 +24,9 @@ AutocastRule autocast_rule(OpId op) {
     case OpId::sum:
     case OpId::mean:
     case OpId::var:
+    // erf/tanh per element: in f32 the region that computes it rounds once on
+    // the way out (into the next GEMM's bf16) instead of after every prim.
+    case OpId::gelu:
       return AutocastRule::Float32;
     default:
       return AutocastRule::None;

@@ -11,8 +11,10 @@
 //     alone) and the op runs there; its result stays in the low type.
 //     Attention keeps the rule on inside it: its two matmuls run in the low
 //     type, its softmax in f32 (as a fused attention kernel computes).
-//   - f32: softmax, log_softmax, layer_norm, nll_loss, cross_entropy and the
-//     reductions sum, mean, var.  Their bf16/f16 arguments are converted to f32.
+//   - f32: softmax, log_softmax, layer_norm, nll_loss, cross_entropy, gelu and
+//     the reductions sum, mean, var.  Their bf16/f16 arguments are converted to
+//     f32.  (gelu: PyTorch's kernel computes it in f32 on a bf16 input; volt's
+//     decomposes into prims, which in bf16 would round after every one.)
 //   - everything else runs on what it is given (an add of a bf16 and an f32
 //     tensor promotes to f32 as usual).
 // The casts are ordinary convert_element_type ops, so autograd and the jit's

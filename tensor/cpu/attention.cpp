@@ -31,6 +31,7 @@
 
 #include <volt/tensor/cpu/attention_tiles.h>
 #include <volt/tensor/cpu/threads.h>
+#include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 
 namespace volt::cpu {
@@ -292,10 +293,21 @@ std::vector<Tensor> backward_typed(const Tensor& g, const Tensor& q, const Tenso
   return {dq, dk, dv};
 }
 
+// bf16 and f16 operands: each is read into f32 once (O(L E) per head, against
+// the O(L S E) of the tile products), the kernels compute in f32, and out, dq,
+// dk and dv are rounded once into the operands' type.  lse stays f32: rounded
+// to 8 bits it would put an error of up to 2^-9 into every weight that
+// backward recomputes from it.
+Tensor as_f32(const Tensor& t) { return t.dtype() == DType::f32 ? t : convert_element_type(t, DType::f32).contiguous(); }
+
 }  // namespace
 
 std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FlashParams& p) {
   if (q.dtype() == DType::f64) return forward_typed<double>(q, k, v, p);
+  if (is_half(q.dtype())) {
+    std::vector<Tensor> r = forward_typed<float>(as_f32(q), as_f32(k), as_f32(v), p);
+    return {convert_element_type(r[0], q.dtype()), r[1]};
+  }
   return forward_typed<float>(q, k, v, p);
 }
 
@@ -303,6 +315,11 @@ std::vector<Tensor> flash_attention_backward(const Tensor& grad_out, const Tenso
                                              const Tensor& v, const Tensor& out, const Tensor& lse,
                                              const FlashParams& p) {
   if (q.dtype() == DType::f64) return backward_typed<double>(grad_out, q, k, v, out, lse, p);
+  if (is_half(q.dtype())) {
+    std::vector<Tensor> r = backward_typed<float>(as_f32(grad_out), as_f32(q), as_f32(k), as_f32(v), as_f32(out), lse, p);
+    for (Tensor& g : r) g = convert_element_type(g, q.dtype());
+    return r;
+  }
   return backward_typed<float>(grad_out, q, k, v, out, lse, p);
 }
 

@@ -1,5 +1,6 @@
 // The CPU's tiled attention kernels (tensor/cpu/attention.cpp); tensor/attention.h
-// describes them.  Inputs are contiguous, f32 or f64.
+// describes them.  Inputs are contiguous, f32, f64, bf16 or f16 (computed in f32;
+// lse is f32 for the 16-bit types).
 #pragma once
 #include <vector>
 
