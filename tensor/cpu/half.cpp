@@ -3,20 +3,39 @@
 // exact (every bf16 and f16 value is an f32), so an op computes in f32 and
 // rounds once when its result is stored, as PyTorch does on the CPU.
 #include <volt/tensor/cpu/half.h>
+
+#include <type_traits>
+
+#include <volt/tensor/cpu/convert_bf16.h>
 #include <volt/tensor/cpu/kernels.h>
 #include <volt/tensor/cpu/loops.h>
 
 namespace volt::cpu {
 namespace {
 
+// bf16 <-> f32 between two plain buffers of the same shape, in vectors
+// (convert_bf16.h), split over threads; false when either is not plain.
+template <class From, class To>
+bool convert_plain(Tensor& out, const Tensor& src, void (*fn)(const From*, To*, int64_t)) {
+  if (!out.is_contiguous() || !src.is_contiguous() || src.sizes() != out.sizes()) return false;
+  const From* s = static_cast<const From*>(src.raw_data());
+  To* d = static_cast<To*>(out.raw_data());
+  parallel_for(out.numel(), kParallelGrain, [&](int64_t i0, int64_t i1) { fn(s + i0, d + i0, i1 - i0); });
+  return true;
+}
+
 // out (contiguous f32 or half) <- src (any strides), src or out bf16/f16.
 template <class H>
 void widen_into(Tensor& out, const Tensor& src) {  // src: H, out: f32
+  if constexpr (std::is_same_v<H, BF16>)
+    if (convert_plain<BF16, float>(out, src, bf16_to_f32)) return;
   Operand o = operand_of(src, out.sizes());
   elementwise<float, H, 1>(out, {o}, [](H a) { return a.to_float(); });
 }
 template <class H>
 void narrow_into(Tensor& out, const Tensor& src) {  // src: f32, out: H
+  if constexpr (std::is_same_v<H, BF16>)
+    if (convert_plain<float, BF16>(out, src, f32_to_bf16)) return;
   Operand o = operand_of(src, out.sizes());
   elementwise<H, float, 1>(out, {o}, [](float a) { return H::from_float(a); });
 }
