@@ -147,7 +147,7 @@ void bias_grad_pass(std::vector<Trace>& traces) {
 
 // After fusion, before the kernels are compiled: the lines it joins are
 // cuBLAS's and eager's, which fusion leaves as they are.
-const bool g_registered = [] {
+const bool g_lt_epilogue_registered = [] {
   register_pass({"cuBLASLt bias gradient", PassStage::Regions, /*rewrite=*/true, /*opt_in=*/false, bias_grad_pass});
   return true;
 }();

@@ -192,7 +192,7 @@ void region_groups_pass(std::vector<Trace>& traces) {
 }
 
 // After the regions' kernels are compiled (the parts' bodies exist).
-const bool g_registered = [] {
+const bool g_region_groups_registered = [] {
   register_pass({"nvrtc region groups", PassStage::Schedule, /*rewrite=*/true, /*opt_in=*/false, region_groups_pass});
   return true;
 }();
