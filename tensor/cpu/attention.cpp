@@ -298,7 +298,7 @@ std::vector<Tensor> backward_typed(const Tensor& g, const Tensor& q, const Tenso
 // dk and dv are rounded once into the operands' type.  lse stays f32: rounded
 // to 8 bits it would put an error of up to 2^-9 into every weight that
 // backward recomputes from it.
-Tensor as_f32(const Tensor& t) { return t.dtype() == DType::f32 ? t : convert_element_type(t, DType::f32).contiguous(); }
+Tensor as_f32(const Tensor& t) { return t.dtype() == DType::f32 ? t : convert_element_type(t.contiguous(), DType::f32); }
 
 }  // namespace
 

@@ -118,14 +118,33 @@ void factory_kernel(const OpCall& call, Tensor& out) {
   });
 }
 
+// a: (..., n, rest...) -> out: (..., before + n + after, rest...), zeros around.
 void pad_kernel(const OpCall& call, Tensor& out) {
+  const Tensor& given = call.args[0].tensor;
+  const int64_t dim = call.attrs.ints[0], before = call.attrs.ints[1];
+  if (out.is_contiguous() && given.dtype() == out.dtype()) {
+    // Row by row in bytes: each outer index is a zero head, a's block and a
+    // zero tail (the gradient of a narrow, e.g. of q, k, v split from one GEMM).
+    const Tensor a = given.is_contiguous() ? given : given.contiguous();
+    int64_t outer = 1, inner = static_cast<int64_t>(dtype_size(out.dtype()));  // inner: bytes
+    for (int64_t d = 0; d < dim; ++d) outer *= out.size(d);
+    for (int64_t d = dim + 1; d < out.dim(); ++d) inner *= out.size(d);
+    const int64_t head = before * inner, body = a.size(dim) * inner, row = out.size(dim) * inner;
+    auto* o = static_cast<char*>(out.raw_data());
+    const auto* s = static_cast<const char*>(a.raw_data());
+    for (int64_t r = 0; r < outer; ++r, o += row, s += body) {
+      std::memset(o, 0, static_cast<size_t>(head));
+      std::memcpy(o + head, s, static_cast<size_t>(body));
+      std::memset(o + head + body, 0, static_cast<size_t>(row - head - body));
+    }
+    return;
+  }
   VOLT_DISPATCH_DTYPE(out.dtype(), [&] {
     scalar_t* o = static_cast<scalar_t*>(out.raw_data());
     std::fill(o, o + out.numel(), scalar_t{});
   });
-  const Tensor& a = call.args[0].tensor;
-  Tensor inner = out.narrow(call.attrs.ints[0], call.attrs.ints[1], a.size(call.attrs.ints[0]));
-  copy_kernel(inner, a);
+  Tensor inner = out.narrow(dim, before, given.size(dim));
+  copy_kernel(inner, given);
 }
 
 }  // namespace volt::cpu

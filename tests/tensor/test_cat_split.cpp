@@ -144,3 +144,33 @@ TEST_CASE("cat, stack and split: bad input names the op") {
   CHECK_THROWS_WITH_AS(split(a, 0, 1), doctest::Contains("split: split_size must be positive"), Error);
   CHECK_THROWS_WITH_AS(chunk(a, 0, 1), doctest::Contains("chunk"), Error);
 }
+
+TEST_CASE("pad: zeros before and after along each dim, exact in f32, bf16 and i64, from contiguous and permuted inputs") {
+  // The naive rule: out[idx] = a[idx with idx[dim] - before] inside a's range along dim, else 0.
+  for (DType dt : {DType::f32, DType::bf16, DType::i64})
+    for (bool permuted : {false, true})
+      for (int64_t dim = 0; dim < 3; ++dim) {
+        CAPTURE(dtype_name(dt));
+        CAPTURE(permuted);
+        CAPTURE(dim);
+        Tensor base = (Tensor::randn({4, 3, 5}) * 8.0).to(dt);
+        Tensor a = permuted ? base.permute({2, 0, 1}) : base;  // (5, 4, 3) view, or (4, 3, 5)
+        const int64_t before = 2, after = dim == 1 ? 0 : 3;
+        Tensor got = pad(a, dim, before, after);
+        Shape want_shape = a.sizes();
+        want_shape[static_cast<size_t>(dim)] += before + after;
+        REQUIRE(got.sizes() == want_shape);
+        CHECK(got.dtype() == dt);
+        const std::vector<double> av = a.contiguous().to_vector<double>(), gv = got.to_vector<double>();
+        const Shape as = a.sizes();
+        std::vector<double> want(gv.size());
+        for (int64_t i = 0; i < static_cast<int64_t>(want.size()); ++i) {
+          auto idx = unravel(i, want_shape);
+          const int64_t j = idx[static_cast<size_t>(dim)] - before;
+          if (j < 0 || j >= as[static_cast<size_t>(dim)]) continue;
+          idx[static_cast<size_t>(dim)] = j;
+          want[static_cast<size_t>(i)] = av[static_cast<size_t>((idx[0] * as[1] + idx[1]) * as[2] + idx[2])];
+        }
+        CHECK(gv == want);
+      }
+}
