@@ -35,6 +35,18 @@ std::string cse_key(const OpCall& c) {
 
 }  // namespace
 
+Trace with_replaced(const Trace& t, const std::unordered_map<size_t, BoundSymbol>& replace,
+                    const std::unordered_set<size_t>& drop) {
+  Trace r = t;
+  r.bsyms.clear();
+  for (size_t i = 0; i < t.bsyms.size(); ++i) {
+    if (drop.count(i)) continue;
+    auto it = replace.find(i);
+    r.bsyms.push_back(it != replace.end() ? it->second : t.bsyms[i]);
+  }
+  return r;
+}
+
 Trace dce_cse_pass(const Trace& t) {
   auto t0 = Clock::now();
   Trace r = t;

@@ -3,6 +3,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -17,6 +18,11 @@ inline double ms_since(Clock::time_point t0) {
 
 // Dead-code elimination, then common-subexpression elimination (random draws are never merged).
 Trace dce_cse_pass(const Trace& t);
+
+// t's bound symbols with those at the keys of `replace` replaced by their new
+// forms and those in `drop` left out; the rest of t (inputs, outputs) as it is.
+Trace with_replaced(const Trace& t, const std::unordered_map<size_t, BoundSymbol>& replace,
+                    const std::unordered_set<size_t>& drop);
 
 // The ids of the values made inside b's decomposition, at any depth.
 void produced_inside(const BoundSymbol& b, std::unordered_set<int64_t>& ids);

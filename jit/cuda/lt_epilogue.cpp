@@ -133,13 +133,7 @@ void bias_grad_pass(std::vector<Trace>& traces) {
     if (readers[id_of(gt)].size() == 1 && !returned.count(id_of(gt))) drop.insert(d->second);
   }
   if (replace.empty()) return;
-  Trace r = t;
-  r.bsyms.clear();
-  for (size_t i = 0; i < t.bsyms.size(); ++i) {
-    if (drop.count(i)) continue;
-    auto it = replace.find(i);
-    r.bsyms.push_back(it != replace.end() ? it->second : t.bsyms[i]);
-  }
+  Trace r = with_replaced(t, replace, drop);
   r.provenance = "cuBLASLt bias gradient";
   r.millis = ms_since(t0);
   traces.push_back(std::move(r));

@@ -6,12 +6,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -251,7 +254,7 @@ std::string find_on_path(const std::string& program) {
 
 bool graphviz_available() { return !find_on_path("dot").empty(); }
 
-std::string dot_to_svg(const std::string& dot, std::string* error) {
+std::string dot_to_svg(const std::string& dot, std::string* error, double timeout_seconds) {
   auto fail = [&](const std::string& why) {
     if (error) *error = why;
     return std::string();
@@ -285,14 +288,33 @@ std::string dot_to_svg(const std::string& dot, std::string* error) {
   int rc = posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   int status = 0;
-  if (rc == 0)
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  bool timed_out = false;
+  if (rc == 0) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+    for (;;) {
+      const pid_t done = ::waitpid(pid, &status, WNOHANG);
+      if (done == pid || (done < 0 && errno != EINTR)) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        timed_out = true;
+        ::kill(pid, SIGKILL);
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+  }
   std::string svg, messages;
   if (rc == 0) read_own_file(out, &svg);
   read_own_file(log, &messages);
   fs::remove_all(dir, ec);
   if (rc != 0) return fail("cannot start " + program + ": " + std::strerror(rc));
+  if (timed_out) {
+    std::ostringstream why;
+    why << "dot ran longer than " << timeout_seconds << " s on a graph of " << dot.size()
+        << " bytes of DOT and was stopped";
+    return fail(why.str());
+  }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || svg.empty())
     return fail("dot failed: " + (messages.empty() ? std::string("no output") : messages));
   return svg;

@@ -38,9 +38,11 @@ std::string to_dot(const Trace& t, const DotOptions& options);
 std::string to_dot(const Tensor& root, const std::vector<std::pair<std::string, Tensor>>& named = {});
 
 // Runs Graphviz's `dot -Tsvg` (found on PATH, started without a shell) on
-// the DOT text.  Empty when dot is not installed or failed; `error` then
-// says why.
-std::string dot_to_svg(const std::string& dot, std::string* error = nullptr);
+// the DOT text.  Empty when dot is not installed, failed or ran longer than
+// timeout_seconds (then it is stopped: a graph of thousands of boxes, a
+// compiled GPT step's, takes dot many minutes to lay out); `error` then says
+// why.
+std::string dot_to_svg(const std::string& dot, std::string* error = nullptr, double timeout_seconds = 60);
 // Whether `dot` can be found on PATH.
 bool graphviz_available();
 

@@ -106,13 +106,7 @@ void conv_relu_pass(std::vector<Trace>& traces) {
   }
 
   if (replace.empty()) return;
-  Trace r = t;
-  r.bsyms.clear();
-  for (size_t i = 0; i < t.bsyms.size(); ++i) {
-    if (drop.count(i)) continue;
-    auto it = replace.find(i);
-    r.bsyms.push_back(it != replace.end() ? it->second : t.bsyms[i]);
-  }
+  Trace r = with_replaced(t, replace, drop);
   r.provenance = "Convolution and ReLU";
   r.millis = ms_since(t0);
   traces.push_back(std::move(r));

@@ -102,7 +102,10 @@ sources=$build/cudasim-kernels
 if ls "$sources"/cuda_*.cu >/dev/null 2>&1; then
   mkdir -p "$dir/kernel-sources"
   if [ "$limit" -ge 0 ]; then
-    (cd "$sources" && ls cuda_*.cu | LC_ALL=C sort | head -n "$limit" | xargs -r cp -t "$dir/kernel-sources/")
+    # The first $limit names, without a pipe into head (which would end sort
+    # with SIGPIPE, fatal under pipefail, once the list outgrows a pipe).
+    mapfile -t names < <(cd "$sources" && ls cuda_*.cu | LC_ALL=C sort)
+    for name in "${names[@]:0:$limit}"; do cp "$sources/$name" "$dir/kernel-sources/"; done
   else
     cp "$sources"/cuda_*.cu "$dir/kernel-sources/"
   fi

@@ -2,7 +2,12 @@
 // is checked against the trace it draws, line by line.
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <regex>
+#include <unistd.h>
 #include <sstream>
 
 #include <volt/autograd/node.h>
@@ -162,4 +167,28 @@ TEST_CASE("dot: escaping and the SVG") {
   CHECK(svg.find("cpuFusion0") != std::string::npos);  // the cluster's label is drawn
   CHECK(jit::dot_to_svg("digraph { a -> }", &error).empty());
   CHECK(error.find("dot failed") != std::string::npos);
+}
+
+TEST_CASE("dot: a dot that runs past its time limit is stopped, with the reason") {
+  // A stand-in `dot` that never finishes, first on PATH.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("volt-slow-dot-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream script(dir / "dot");
+    script << "#!/bin/sh\nexec sleep 30\n";
+  }
+  fs::permissions(dir / "dot", fs::perms::owner_all);
+  const char* old = std::getenv("PATH");
+  const std::string saved = old ? old : "";
+  ::setenv("PATH", (dir.string() + ":" + saved).c_str(), 1);
+  std::string error;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string svg = jit::dot_to_svg("digraph { a -> b }", &error, 0.3);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::setenv("PATH", saved.c_str(), 1);
+  fs::remove_all(dir);
+  CHECK(svg.empty());
+  CHECK_MESSAGE(error.find("longer than 0.3 s") != std::string::npos, error);
+  CHECK(seconds < 10);  // stopped, not waited for (the stand-in sleeps 30 s)
 }
