@@ -19,18 +19,6 @@ struct cublasContext {
 namespace cudasim {
 namespace {
 
-// An f32 value with its mantissa rounded to TF32's 10 bits (to nearest even).
-double to_tf32(float v) {
-  if (!std::isfinite(v)) return v;
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  bits += 0xFFFu + ((bits >> 13) & 1u);
-  bits &= ~0x1FFFu;
-  float r;
-  std::memcpy(&r, &bits, 4);
-  return r;
-}
-
 template <class T>
 double operand(T v, bool tf32) {
   if constexpr (std::is_same_v<T, float>) return tf32 ? to_tf32(v) : double(v);

@@ -36,17 +36,6 @@ struct SimLtPreference {
 namespace cudasim {
 namespace {
 
-double tf32_round(float v) {
-  if (!std::isfinite(v)) return v;
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  bits += 0xFFFu + ((bits >> 13) & 1u);
-  bits &= ~0x1FFFu;
-  float r;
-  std::memcpy(&r, &bits, 4);
-  return r;
-}
-
 template <class T>
 bool set_from(const void* buf, size_t bytes, T& out) {
   if (!buf || bytes != sizeof(T)) return false;
@@ -221,7 +210,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   std::string what = "cuBLASLt matmul m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
                      (bias ? " epilogue=BIAS" : bgrad ? " epilogue=BGRADB" : "");
   enqueue(stream, what, [=] {
-    auto op = [&](float v) { return tf32 ? tf32_round(v) : double(v); };
+    auto op = [&](float v) { return tf32 ? to_tf32(v) : double(v); };
     for (uint64_t j = 0; j < n; ++j)
       for (uint64_t i = 0; i < m; ++i) {
         double acc = 0;

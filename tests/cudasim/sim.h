@@ -11,7 +11,9 @@
 #include <cuda_runtime_api.h>
 #include <nvrtc.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -80,6 +82,19 @@ struct Counters {
   long long copies = 0;            // cudaMemcpy*Async calls queued directly
 };
 extern Counters g_counters;
+
+// An f32 value with its mantissa rounded to TF32's 10 bits (to nearest even),
+// as cuBLAS and cuBLASLt read operands in TF32 mode.
+inline double to_tf32(float v) {
+  if (!std::isfinite(v)) return v;
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  bits += 0xFFFu + ((bits >> 13) & 1u);
+  bits &= ~0x1FFFu;
+  float r;
+  std::memcpy(&r, &bits, 4);
+  return r;
+}
 
 }  // namespace cudasim
 
