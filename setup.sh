@@ -25,6 +25,15 @@ command -v dot >/dev/null || need+=(graphviz)
 # build of unchanged sources, the sanitizer build included, takes seconds.
 [ "${VOLT_CCACHE:-1}" = 0 ] || command -v ccache >/dev/null || need+=(ccache)
 if [ "${VOLT_NEED_BROWSER:-0}" = 1 ]; then command -v chromium >/dev/null || need+=(chromium); fi
+# The tests that read files volt wrote in PyTorch (test.sh sets VOLT_NEED_TORCH=1):
+# Debian's python3-torch, in the system's Python.
+has_torch() {
+  for python in python3 /usr/bin/python3; do
+    command -v "$python" >/dev/null && "$python" -c 'import torch' 2>/dev/null && return 0
+  done
+  return 1
+}
+if [ "${VOLT_NEED_TORCH:-0}" = 1 ]; then has_torch || need+=(python3-torch); fi
 # Open MPI: volt::dist and data-parallel training (optional in CMake: VOLT_MPI).
 if [ "${VOLT_MPI:-1}" != 0 ]; then
   command -v mpicc >/dev/null || need+=(libopenmpi-dev)

@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 t0=$(date +%s)
 say() { echo "volt: [$(( $(date +%s) - t0 )) s] $*"; }
 say "set-up and build"
-VOLT_NEED_BROWSER=1 ./setup.sh
+VOLT_NEED_BROWSER=1 VOLT_NEED_TORCH=1 ./setup.sh
 # The sanitizer build (tests/sanitize.sh) starts now, at low priority, beside
 # the checks below: it takes the CPU they leave idle.
 if [ "${VOLT_SANITIZE:-1}" != 0 ]; then

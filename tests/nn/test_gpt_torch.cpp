@@ -15,15 +15,15 @@
 
 #include "examples/run_example.h"
 #include "tests/skip.h"
+#include "tests/torch_python.h"
 
 using namespace volt;
 namespace fs = std::filesystem;
 
 TEST_CASE("GPT: a model saved by volt loads into PyTorch's nanoGPT layout by name, same logits") {
   using volt::testing::run_command;
-  if (run_command("python3 -c 'import torch'").status != 0) {
-    VOLT_SKIP("python3 cannot import torch here");
-  }
+  const std::string& python = volt::testing::torch_python();
+  if (python.empty()) VOLT_SKIP("no python3 here can import torch");
   const nn::GPTConfig config{.block_size = 16, .vocab_size = 64, .n_layer = 2, .n_head = 2, .n_embd = 32};
   manual_seed(8);
   nn::GPT gpt(config);
@@ -40,7 +40,7 @@ TEST_CASE("GPT: a model saved by volt loads into PyTorch's nanoGPT layout by nam
   fs::create_directories(dir);
   nn::save(gpt, (dir / "gpt.safetensors").string());
   nn::save_tensors({{"idx", idx}, {"logits", logits.detach()}}, (dir / "io.safetensors").string());
-  const std::string cmd = std::string("python3 ") + VOLT_SOURCE_DIR + "/tests/nn/gpt_torch_check.py " +
+  const std::string cmd = python + " " + VOLT_SOURCE_DIR + "/tests/nn/gpt_torch_check.py " +
                           (dir / "gpt.safetensors").string() + " " + (dir / "io.safetensors").string() + " " +
                           std::to_string(config.n_layer) + " " + std::to_string(config.n_head) + " " +
                           std::to_string(config.n_embd) + " " + std::to_string(config.block_size) + " " +

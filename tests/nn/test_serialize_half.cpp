@@ -17,6 +17,7 @@
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 #include "tests/skip.h"
+#include "tests/torch_python.h"
 
 using namespace volt;
 namespace fs = std::filesystem;
@@ -85,9 +86,8 @@ TEST_CASE("safetensors: bf16 and f16 are saved as BF16 and F16 and load back bit
 }
 
 TEST_CASE("safetensors: a bf16 file written by volt loads in PyTorch bit for bit") {
-  if (std::system("python3 -c 'import torch' >/dev/null 2>&1") != 0) {
-    VOLT_SKIP("python3 cannot import torch here");
-  }
+  const std::string& python = volt::testing::torch_python();
+  if (python.empty()) VOLT_SKIP("no python3 here can import torch");
   const fs::path path = temp_path("torch.safetensors"), script = temp_path("read.py"), out = temp_path("bits.txt");
   manual_seed(5);
   const Tensor b = cat({randn({40}, kBF16), special(kBF16).reshape({6})});
@@ -101,7 +101,7 @@ TEST_CASE("safetensors: a bf16 file written by volt loads in PyTorch bit for bit
                            "t = torch.frombuffer(bytearray(raw[8 + n + a:8 + n + b]), dtype=torch.bfloat16)\n"
                            "assert meta['dtype'] == 'BF16' and list(t.shape) == meta['shape']\n"
                            "open(sys.argv[2], 'w').write(' '.join(str(v & 0xFFFF) for v in t.view(torch.int16).tolist()))\n";
-  const std::string cmd = "python3 " + script.string() + " " + path.string() + " " + out.string();
+  const std::string cmd = python + " " + script.string() + " " + path.string() + " " + out.string();
   REQUIRE(std::system(cmd.c_str()) == 0);
   std::ifstream res(out);
   std::vector<uint16_t> got;
