@@ -30,6 +30,12 @@ Value val(const OpCall& c, size_t i) { return c.args[i]; }
 Tensor matmul_grad_a(const Tensor& a, const Tensor& b, const Tensor& g);
 Tensor matmul_grad_b(const Tensor& a, const Tensor& b, const Tensor& g);
 
+std::vector<Tensor> matmul_vjp(const OpCall& c, const Tensor& g) {
+  // out_dtype=f32: the gradient of its f32 result, in the operands' bf16.
+  const Tensor gl = c.attrs.flag && g.dtype() != arg(c, 0).dtype() ? convert_element_type(g, arg(c, 0).dtype()) : g;
+  return {matmul_grad_a(arg(c, 0), arg(c, 1), gl), matmul_grad_b(arg(c, 0), arg(c, 1), gl)};
+}
+
 // The unary prims: d/da.
 std::vector<Tensor> unary_vjp(const OpCall& c, const Tensor& g) {
   switch (c.op) {
@@ -171,11 +177,7 @@ std::vector<Tensor> vjp(const OpCall& c, const Tensor& g, const std::vector<Tens
     }
 
     // ---- linear algebra ----
-    case OpId::matmul: {
-      // out_dtype=f32: the gradient of its f32 result, in the operands' bf16.
-      const Tensor gl = at.flag && g.dtype() != arg(c, 0).dtype() ? convert_element_type(g, arg(c, 0).dtype()) : g;
-      return {matmul_grad_a(arg(c, 0), arg(c, 1), gl), matmul_grad_b(arg(c, 0), arg(c, 1), gl)};
-    }
+    case OpId::matmul: return matmul_vjp(c, g);
     case OpId::linear: {
       // x (*, in), w (out, in), g (*, out)
       const Tensor& x = arg(c, 0);
