@@ -171,6 +171,15 @@ TEST_CASE("matmul with out_dtype=f32: bf16 operands on the CPU only, errors name
   const Tensor r = dispatch1(OpCall{OpId::matmul, {convert_element_type(a, kBF16), convert_element_type(b, kBF16)}, at});
   CHECK(r.dtype() == DType::f32);
   CHECK(worst(r, linear_f64(bf16_values(a), bf16_values(b.t().contiguous()), 3, 4, 5)) < 1e-6);
+  // Its gradient: the f32 one rounded to the operands' bf16, then matmul's rule.
+  const Tensor ab = convert_element_type(a, kBF16).requires_grad_(true);
+  const Tensor bb = convert_element_type(b, kBF16).requires_grad_(true);
+  const Tensor gy = Tensor::randn({3, 5});
+  dispatch1(OpCall{OpId::matmul, {ab, bb}, at}).backward(gy);
+  REQUIRE(ab.grad().defined());
+  CHECK(ab.grad().dtype() == kBF16);
+  // da = g b^T: (3, 5) x (5, 4), as linear_f64 of g and b (4, 5).
+  CHECK(worst(ab.grad(), linear_f64(bf16_values(gy), bf16_values(b), 3, 5, 4)) < 1.0 / 128);
 }
 
 TEST_CASE("jit: the backward's bf16 weight product and its widening fold into one matmul with an f32 result") {
