@@ -49,6 +49,25 @@ bool reads_saved_value(const OpCall& call, size_t i, const std::function<bool(si
   }
 }
 
+namespace {
+
+// Which gradients of a bf16 product to make in f32: those flowing into an
+// f32 -> bf16 cast (autocast's copy of an f32 weight), whose own rule then
+// passes an f32 gradient on as it is.  Rounding the product's f32 sums to
+// bf16 only to widen them again would lose bits and take two more passes.
+std::vector<bool> wide_gradients(const OpCall& call, const std::vector<Edge>& next) {
+  std::vector<bool> wide(next.size(), false);
+  for (size_t i = 0; i < next.size(); ++i) {
+    const auto* cast = dynamic_cast<const OpNode*>(next[i].node.get());
+    wide[i] = cast && cast->call.op == OpId::convert_element_type && !cast->call.args.empty() &&
+              cast->call.args[0].tensor.defined() && cast->call.args[0].tensor.dtype() == DType::f32 &&
+              autograd::has_wide_gradient(call, i);
+  }
+  return wide;
+}
+
+}  // namespace
+
 std::vector<Tensor> OpNode::apply(const Tensor& grad_out) {
   VOLT_CHECK(!released, "backward",
              "trying to backward through the graph a second time (through " << name()
@@ -62,7 +81,7 @@ std::vector<Tensor> OpNode::apply(const Tensor& grad_out) {
                    << v.tensor.version() << ", it was saved at version " << saved_versions[i]
                    << ". Write to a clone() instead, or before the tensor is used");
   }
-  return vjp(call, grad_out);
+  return vjp_wide(call, grad_out, wide_gradients(call, next));
 }
 
 std::string OpNode::name() const { return std::string(op_name(call.op)) + "_backward"; }
@@ -232,6 +251,9 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     Tensor g = it->second;
     pending.erase(it);
     std::vector<Tensor> in_grads = node->apply(g);
+    // A rule that passes its gradient on as it is (a cast to the type it has)
+    // leaves it private to the leaf it reaches, which then keeps it uncopied.
+    g = Tensor();
     for (size_t i = 0; i < node->next.size() && i < in_grads.size(); ++i) {
       const Edge& e = node->next[i];
       if (!e.valid() || !in_grads[i].defined()) continue;

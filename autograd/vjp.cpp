@@ -30,6 +30,12 @@ Value val(const OpCall& c, size_t i) { return c.args[i]; }
 Tensor matmul_grad_a(const Tensor& a, const Tensor& b, const Tensor& g);
 Tensor matmul_grad_b(const Tensor& a, const Tensor& b, const Tensor& g);
 
+std::vector<Tensor> matmul_vjp(const OpCall& c, const Tensor& g) {
+  // out_dtype=f32: the gradient of its f32 result, in the operands' bf16.
+  const Tensor gl = c.attrs.flag && g.dtype() != arg(c, 0).dtype() ? convert_element_type(g, arg(c, 0).dtype()) : g;
+  return {matmul_grad_a(arg(c, 0), arg(c, 1), gl), matmul_grad_b(arg(c, 0), arg(c, 1), gl)};
+}
+
 // The unary prims: d/da.
 std::vector<Tensor> unary_vjp(const OpCall& c, const Tensor& g) {
   switch (c.op) {
@@ -131,7 +137,8 @@ std::vector<Tensor> vjp(const OpCall& c, const Tensor& g, const std::vector<Tens
       return {Tensor(), fit(where(val(c, 0), g, 0.0), c.args[1]), fit(where(val(c, 0), 0.0, g), c.args[2])};
     case OpId::convert_element_type: {
       DType in = arg(c, 0).dtype();
-      return {is_floating(in) ? convert_element_type(g, in) : Tensor()};
+      if (!is_floating(in)) return {Tensor()};
+      return {g.dtype() == in ? g : convert_element_type(g, in)};  // a wide gradient is in `in` already
     }
 
     // ---- shape ----
@@ -170,8 +177,7 @@ std::vector<Tensor> vjp(const OpCall& c, const Tensor& g, const std::vector<Tens
     }
 
     // ---- linear algebra ----
-    case OpId::matmul:
-      return {matmul_grad_a(arg(c, 0), arg(c, 1), g), matmul_grad_b(arg(c, 0), arg(c, 1), g)};
+    case OpId::matmul: return matmul_vjp(c, g);
     case OpId::linear: {
       // x (*, in), w (out, in), g (*, out)
       const Tensor& x = arg(c, 0);
@@ -224,6 +230,52 @@ std::vector<Tensor> vjp(const OpCall& c, const Tensor& g, const std::vector<Tens
     default:
       VOLT_FAIL(op_name(c.op), "has no derivative");
   }
+}
+
+// ---- wide gradients of bf16 products ----
+
+namespace {
+
+// a (m, k) @ b (k, n) -> (m, n) f32: the bf16 GEMM's sums, not rounded.
+Tensor matmul_f32(const Tensor& a, const Tensor& b) {
+  Attrs at;
+  at.flag = true;
+  return dispatch1(OpCall{OpId::matmul, {a, b}, at});
+}
+
+bool bf16_product_on_cpu(const OpCall& c) {
+  if (c.op != OpId::matmul && c.op != OpId::linear) return false;
+  if (c.op == OpId::matmul && c.attrs.flag) return false;
+  for (const Value& v : c.args)
+    if (!v.is_tensor || !v.tensor.defined() || v.tensor.dtype() != DType::bf16 || !v.tensor.device().is_cpu())
+      return false;
+  return true;
+}
+
+}  // namespace
+
+bool has_wide_gradient(const OpCall& c, size_t i) {
+  if (!bf16_product_on_cpu(c) || i >= c.args.size()) return false;
+  if (c.op == OpId::linear) return i >= 1;  // weight (out, in), bias (out)
+  return c.args[0].tensor.dim() == 2 && c.args[1].tensor.dim() == 2;  // batched ones: as they are
+}
+
+std::vector<Tensor> vjp_wide(const OpCall& c, const Tensor& g, const std::vector<bool>& wide) {
+  auto is_wide = [&](size_t i) { return i < wide.size() && wide[i] && has_wide_gradient(c, i); };
+  if (!is_wide(0) && !is_wide(1) && !is_wide(2)) return vjp(c, g, std::vector<Tensor>{});
+  const Tensor& a = arg(c, 0);
+  const Tensor& b = arg(c, 1);
+  if (c.op == OpId::matmul) {  // a (m, k) @ b (k, n), g (m, n)
+    return {is_wide(0) ? matmul_f32(g, b.t()) : matmul_grad_a(a, b, g),
+            is_wide(1) ? matmul_f32(a.t(), g) : matmul_grad_b(a, b, g)};
+  }
+  // linear: x (*, in), w (out, in), g (*, out), as vjp's rule above.
+  Tensor g2 = g.dim() == 2 ? g : g.reshape({-1, b.sizes()[0]});
+  Tensor x2 = a.dim() == 2 ? a : a.reshape({-1, b.sizes()[1]});
+  std::vector<Tensor> r{matmul(g, b), is_wide(1) ? matmul_f32(g2.t(), x2) : matmul(g2.t(), x2)};
+  // The bias: the batch's sum in f32 (the bf16 rows are exact in f32), rounded nowhere.
+  if (c.args.size() == 3) r.push_back(is_wide(2) ? sum(convert_element_type(g2, DType::f32), {0}) : sum(g2, {0}));
+  return r;
 }
 
 namespace {

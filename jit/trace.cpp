@@ -67,6 +67,9 @@ std::string call_str(const ProxyNames& names, const OpCall& c, bool prim_prefix,
   }
   switch (op_info(c.op).kind) {
     case OpKind::Convert: sep(); os << dtype_name(at.dtype); break;
+    case OpKind::Matmul:
+      if (c.op == OpId::matmul && at.flag) { sep(); os << "out_dtype=f32"; }
+      break;
     case OpKind::Random:
       sep();
       os << shape_tuple(at.ints) << ", " << python_float_repr(at.a) << ", " << python_float_repr(at.b)

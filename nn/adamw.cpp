@@ -156,6 +156,7 @@ void AdamW::step() {
     for (size_t i = group.begin; i < group.end; ++i) {
       Tensor& p = params_[i];
       if (!p.grad().defined()) continue;
+      const Tensor low = host_bf16_copy(p);
       p.mark_modified();  // written in place below, some paths through data_ptr
       Tensor g = grad_like(p);
       State& s = ready_state(i);
@@ -171,7 +172,7 @@ void AdamW::step() {
         continue;
       }
       if (host_fast_path(p)) {
-        host_slots.push_back({p, g, s.m, s.v, step_size, bias_correction2_sqrt, decay});
+        host_slots.push_back({p, g, s.m, s.v, step_size, bias_correction2_sqrt, decay, low});
         continue;
       }
       // Other devices (lazy; CUDA parameters that are not contiguous): the

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include <volt/tensor/autocast.h>
+#include <volt/tensor/cpu/convert_bf16.h>
 #include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/cuda/optim.h>
 #include <volt/tensor/dispatch.h>
@@ -46,6 +48,12 @@ Tensor grad_like(const Tensor& p) {
 
 bool traced(const std::vector<Tensor>& params) {
   return current_mode() != nullptr && !params.empty() && params[0].is_proxy() && !params[0].device().is_lazy();
+}
+
+Tensor host_bf16_copy(const Tensor& p) {
+  if (!host_fast_path(p) || p.dtype() != DType::f32) return Tensor();
+  Tensor c = autocast_cached_copy(p);
+  return c.defined() && c.dtype() == DType::bf16 && c.is_contiguous() && c.numel() == p.numel() ? c : Tensor();
 }
 
 Tensor scalar_f64(double v, const Tensor& like) { return Tensor::full({}, v, DType::f64, like.device()); }
@@ -133,6 +141,7 @@ struct AdamWork {
   const T* g;
   int64_t n;
   AdamScalars<T> c;
+  BF16* low = nullptr;  // the bf16 copy of p to write as well, or none
 };
 
 // The per-step constants, computed in double and rounded once to T, as torch
@@ -142,7 +151,8 @@ AdamWork<T> adam_work(const AdamHostSlot& s, double beta1, double beta2, double 
   const AdamScalars<T> c{T(1.0 - beta1),    T(beta2),          T(1.0 - beta2),
                          T(weight_decay),   T(-s.step_size),   T(s.bias_correction2_sqrt),
                          T(eps),            T(s.decay)};
-  return {s.p.data_ptr<T>(), s.m.data_ptr<T>(), s.v.data_ptr<T>(), s.g.data_ptr<T>(), s.p.numel(), c};
+  BF16* low = std::is_same_v<T, float> && s.low.defined() ? static_cast<BF16*>(s.low.raw_data()) : nullptr;
+  return {s.p.data_ptr<T>(), s.m.data_ptr<T>(), s.v.data_ptr<T>(), s.g.data_ptr<T>(), s.p.numel(), c, low};
 }
 
 // Runs every parameter's update as one parallel loop over blocks, so a step
@@ -161,7 +171,11 @@ void adam_multi(const std::vector<AdamWork<T>>& work) {
     for (int64_t b = b0; b < b1; ++b) {
       const AdamWork<T>& w = work[blocks[b].first];
       const int64_t i = blocks[b].second;
-      adam_block<T>(w.p + i, w.g + i, w.m + i, w.v + i, std::min(kAdamBlock, w.n - i), w.c);
+      const int64_t n = std::min(kAdamBlock, w.n - i);
+      adam_block<T>(w.p + i, w.g + i, w.m + i, w.v + i, n, w.c);
+      // The block of p is still in L1: its bf16 copy costs a write, not a pass.
+      if constexpr (std::is_same_v<T, float>)
+        if (w.low) cpu::f32_to_bf16(w.p + i, w.low + i, n);
     }
   });
 }
@@ -195,6 +209,8 @@ void detail::adam_host_step(const std::vector<AdamHostSlot>& slots, double beta1
   }
   adam_multi(work_f32);
   adam_multi(work_f64);
+  for (const AdamHostSlot& s : slots)
+    if (s.low.defined() && s.p.dtype() == DType::f32) autocast_copy_rewritten(s.p);
 }
 
 // ---- Optimizer ----
@@ -412,6 +428,7 @@ void Adam::step() {
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
+    const Tensor low = host_bf16_copy(p);
     p.mark_modified();  // written in place below, some paths through data_ptr
     Tensor g = grad_like(p);
     State& s = ready_state(i);
@@ -426,7 +443,7 @@ void Adam::step() {
     }
     if (host_fast_path(p)) {
       // Collected here, run below in one pass over all parameters.
-      host_slots.push_back({p, g, s.m, s.v, step_size, bias_correction2_sqrt, 1.0});
+      host_slots.push_back({p, g, s.m, s.v, step_size, bias_correction2_sqrt, 1.0, low});
       continue;
     }
     // Other devices (lazy; CUDA parameters that are not contiguous): the same

@@ -31,12 +31,20 @@ struct AdamHostSlot {
   double step_size = 0;              // lr / (1 - beta1^t)
   double bias_correction2_sqrt = 1;  // sqrt(1 - beta2^t)
   double decay = 1;                  // p *= decay first (AdamW's 1 - lr * weight_decay; 1 for Adam)
+  // p's bf16 copy that autocast's cast cache holds (tensor/autocast.h), or
+  // none: written from the new p in the same pass, so the next forward under
+  // autocast reads it without a cast.
+  Tensor low;
 };
+// p's current bf16 copy in autocast's cast cache, when p is host f32 (ask
+// before p is marked modified: the copy is current for p's value until then).
+Tensor host_bf16_copy(const Tensor& p);
 // With weight_decay (Adam's L2 term) added to g first:
 //   p *= decay;  m += (1 - b1) (g - m);  v = b2 v + ((1 - b2) g) g
 //   p += (-step_size m) / (sqrt(v) / bias_correction2_sqrt + eps)
 // each operation rounded to the parameter's dtype, as PyTorch's tensor ops are;
-// one parallel loop over all slots.
+// one parallel loop over all slots.  Each slot's `low` copy is written
+// rounded from the new p, and marked current in the cast cache.
 void adam_host_step(const std::vector<AdamHostSlot>& slots, double beta1, double beta2, double eps,
                     double weight_decay);
 

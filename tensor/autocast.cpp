@@ -52,7 +52,8 @@ bool autocast_arguments(OpCall& call, DType low) {
   for (Value& v : call.args) {
     if (!v.is_tensor || !v.tensor.defined()) continue;
     const DType d = v.tensor.dtype();
-    if (rule == AutocastRule::LowPrecision && d == DType::f32) v.tensor = cast(v.tensor, low);
+    if (rule == AutocastRule::LowPrecision && d == DType::f32)
+      v.tensor = autocast_caches(v.tensor) ? autocast_cached_cast(v.tensor, low) : cast(v.tensor, low);
     if (rule == AutocastRule::Float32 && is_half(d)) v.tensor = cast(v.tensor, DType::f32);
   }
   return true;

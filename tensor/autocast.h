@@ -46,6 +46,30 @@ bool autocast_arguments(OpCall& call, DType low);
 // (attention), or run as they are given (every other op).
 inline bool autocast_reaches_inside(OpId op) { return op == OpId::scaled_dot_product_attention; }
 
+// ---- the cast cache (tensor/autocast_cache.cpp) ----
+// Eager autocast converts an f32 parameter once per value, not once per use:
+// as PyTorch's autocast caches the casts of leaf tensors that require grad,
+// the low copy of such a tensor (on the CPU, with no mode set) is kept and
+// handed out again, each time with a fresh cast node for autograd, while the
+// parameter's storage, layout and version (tensor/storage.h) are unchanged.
+// Any write to the parameter (copy_, an in-place op, mark_modified) bumps its
+// version and the next cast makes the copy again.  Unlike PyTorch's, the copy
+// outlives the autocast region: an optimizer that writes the parameter
+// writes its copy in the same pass (autocast_copy_rewritten), so the next
+// step's forward reads it without a cast.  The cache holds a copy per
+// parameter cast (half the parameter's bytes in bf16) until the parameter is
+// gone or clear_autocast_cache().
+bool autocast_caches(const Tensor& t);                  // whether t's casts are cached
+Tensor autocast_cached_cast(const Tensor& t, DType low);  // t's copy in `low`, recorded as a cast
+// For an optimizer: the copy of `param` the cache holds, if it is up to date
+// with param's value (else undefined).  Whoever writes param and, from the
+// same new values, this copy calls autocast_copy_rewritten(param) after both
+// writes: the copy is then current again (and its own version moves on).
+Tensor autocast_cached_copy(const Tensor& param);
+void autocast_copy_rewritten(const Tensor& param);
+void clear_autocast_cache();
+size_t autocast_cache_size();  // the entries of live parameters
+
 // Turns eager autocast on for this thread (AutocastGuard(kBF16)), or off
 // (AutocastGuard(std::nullopt)), until it goes out of scope; nests.
 class AutocastGuard {

@@ -100,6 +100,10 @@ static bool needs_grad(const OpCall& call) {
   return false;
 }
 
+void record_for_grad(const OpCall& call, std::vector<Tensor>& outputs) {
+  if (needs_grad(call)) g_grad_hook(call, outputs);
+}
+
 // The strides that let `a` be read as `shape` without a copy, if any (PyTorch's
 // computeStride): dims may merge or split only within runs that are contiguous
 // with each other, so e.g. a transpose's rows can be unsqueezed or selected.

@@ -126,6 +126,11 @@ void set_lazy_handler(LazyHandler fn);
 using GradHook = void (*)(const OpCall& call, std::vector<Tensor>& outputs);
 void set_grad_hook(GradHook hook);
 
+// Records `call` for backward as eager mode does after running it (the grad
+// hook), when grad mode is on and an argument needs a gradient: for outputs
+// made otherwise than by running the call (autocast's cached casts).
+void record_for_grad(const OpCall& call, std::vector<Tensor>& outputs);
+
 std::vector<Tensor> dispatch(OpCall call);
 Tensor dispatch1(OpCall call);
 // Eager execution, skipping the mode: what dispatch does when no mode is set.

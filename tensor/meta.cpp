@@ -129,6 +129,14 @@ std::vector<TensorMeta> matmul_meta(const OpCall& call) {
   Shape out = broadcast_shapes(ba, bb, "matmul");
   if (!a1) out.push_back(m);
   if (!b1) out.push_back(n);
+  // flag: the f32 sums of a bf16 product kept as they are (a weight's
+  // gradient for its f32 master copy), not rounded to bf16.
+  if (call.attrs.flag) {
+    VOLT_CHECK(a.dtype() == DType::bf16 && a.device().is_cpu(), "matmul",
+               "an f32 result (out_dtype=f32) is computed for bf16 operands on the CPU, got "
+                   << dtype_name(a.dtype()) << " on " << a.device().str());
+    return {{out, DType::f32, a.device()}};
+  }
   return {{out, a.dtype(), a.device()}};
 }
 

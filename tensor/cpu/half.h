@@ -20,7 +20,8 @@ using WidenedRun = std::function<void(const OpCall& call, std::vector<Tensor>& o
 bool run_widened(const OpCall& call, std::vector<Tensor>& outs, const WidenedRun& run);
 
 // matmul or linear with bf16 operands on the bf16 GEMM, either of its paths
-// (matmul_bf16.cpp); false (nothing run) when out is not bf16.
+// (matmul_bf16.cpp), into a bf16 out, or an f32 one for a matmul with its
+// flag (out_dtype=f32); false (nothing run) otherwise.
 bool run_bf16_matmul(const OpCall& call, Tensor& out);
 
 }  // namespace volt::cpu

@@ -1,6 +1,7 @@
 // matmul and linear on bf16 tensors through the bf16 GEMM (gemm_bf16.h): the
 // sums in f32 (the bias added in f32 too), each result rounded once to bf16,
-// as PyTorch computes them on the CPU.
+// as PyTorch computes them on the CPU; a matmul with its flag set
+// (out_dtype=f32) keeps the f32 sums.
 #include <volt/tensor/cpu/gemm_bf16.h>
 #include <volt/tensor/cpu/half.h>
 #include <volt/tensor/cpu/kernels.h>
@@ -39,6 +40,10 @@ void linear(const Tensor& x0, const Tensor& w, const Tensor* bias, Tensor& out) 
 }  // namespace
 
 bool run_bf16_matmul(const OpCall& call, Tensor& out) {
+  if (call.op == OpId::matmul && call.attrs.flag) {  // out_dtype=f32: the sums as they are
+    batched(call.args[0].tensor, call.args[1].tensor, out);
+    return true;
+  }
   if (out.dtype() != DType::bf16) return false;
   Tensor wide = Tensor::empty(out.sizes(), DType::f32, kCPU);
   if (call.op == OpId::matmul) batched(call.args[0].tensor, call.args[1].tensor, wide);
