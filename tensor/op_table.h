@@ -102,7 +102,7 @@ enum class OpKind : uint8_t {
   X(cross_entropy, Composite, )                   \
   X(cross_entropy_backward, Composite, )          \
   X(conv2d, Composite, )                          \
-  X(erf, Unary, erf(a))                           \
+  X(erf, Unary, volt_erf(a))                      \
   X(gelu, Composite, )                            \
   X(layer_norm, Composite, )                      \
   X(embedding, Composite, )                       \
