@@ -44,7 +44,7 @@ enum class OpKind : uint8_t {
 #define VOLT_OPS(X)                               \
   X(neg, Unary, (-a))                             \
   X(abs, Unary, (a < 0 ? -a : a))                 \
-  X(exp, Unary, exp(a))                           \
+  X(exp, Unary, volt_exp(a))                      \
   X(log, Unary, log(a))                           \
   X(sqrt, Unary, sqrt(a))                         \
   X(tanh, Unary, tanh(a))                         \

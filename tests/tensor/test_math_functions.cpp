@@ -1,7 +1,8 @@
-// volt_erf (tensor/math_functions.inc), the erf that the CPU kernels and the
-// generated host kernels call: f32 a Chebyshev series that vectorises, f64
-// libm's.  Checked against std::erf in double over a dense grid, at the
-// special values, and through the eager op and a fused jit region.
+// volt_erf and volt_exp (tensor/math_functions.inc), the erf and exp that the
+// CPU kernels and the generated host kernels call: in f32 polynomials that
+// vectorise, in f64 libm's.  Checked against std::erf and std::exp in double
+// over dense grids, at the special values, and through the eager op and a
+// fused jit region.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 
 using namespace volt;
 using volt::op_exprs::volt_erf;
+using volt::op_exprs::volt_exp;
 
 TEST_CASE("volt_erf in f32: within 3e-7 (absolute) and 4e-7 (relative) of erf in double over [-8, 8]") {
   double worst_abs = 0, worst_rel = 0;
@@ -71,5 +73,67 @@ TEST_CASE("erf on f32: the eager op and a fused jit region compute volt_erf (f64
     worst = std::max(worst, std::fabs(double(eager[i]) - std::erf(double(xs[i]))));
   }
   CHECK(worst < 3e-7);
+  CHECK(jit::last_traces(f).back().str().find("cpuFusion") != std::string::npos);
+}
+
+namespace {
+
+// The distance from got to want in f32 ulps at want.
+double ulps(float got, double want) {
+  const float w = static_cast<float>(want);
+  const double ulp = double(std::nextafter(w, INFINITY)) - double(w);
+  return std::fabs(double(got) - want) / ulp;
+}
+
+}  // namespace
+
+TEST_CASE("volt_exp in f32: within 1 ulp of exp in double over [-87.3, 88.72]") {
+  double worst = 0;
+  float at = 0;
+  for (double x = -87.33; x <= 88.7228; x += 1.0 / 4096)
+    for (float xf : {float(x), float(x + 0.3 / 4096)}) {
+      const double e = ulps(volt_exp(xf), std::exp(double(xf)));
+      if (e > worst) worst = e, at = xf;
+    }
+  CAPTURE(at);
+  CHECK(worst < 1.0);
+  // Near 0, where exp(x) = 1 + x + ...: every float in [-2^-10, 2^-10] at a step of 2^-30.
+  for (int64_t k = -(1 << 20); k <= (1 << 20); k += 7) {
+    const float x = std::ldexp(float(k), -30);
+    CHECK_MESSAGE(ulps(volt_exp(x), std::exp(double(x))) < 1.0, x);
+  }
+}
+
+TEST_CASE("volt_exp in f32: overflow, underflow, inf, NaN; f64 is libm's") {
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(volt_exp(88.73f) == inf);
+  CHECK(volt_exp(1000.0f) == inf);
+  CHECK(volt_exp(inf) == inf);
+  CHECK(volt_exp(-inf) == 0.0f);
+  CHECK(volt_exp(-105.0f) == 0.0f);
+  CHECK(std::isnan(volt_exp(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(volt_exp(0.0f) == 1.0f);
+  CHECK(volt_exp(88.7228f) > 3.4e38f);  // the largest finite results stay finite
+  CHECK(std::isfinite(volt_exp(88.7228f)));
+  // Between -104 and -87.3 the result is subnormal or 0 (0 where the CPU flushes subnormals): never above the normal range.
+  for (float x = -104.0f; x < -87.34f; x += 0.25f) CHECK(volt_exp(x) < std::numeric_limits<float>::min());
+  for (double x = -700; x <= 700; x += 0.37) CHECK(volt_exp(x) == std::exp(x));
+}
+
+TEST_CASE("exp on f32: the eager op and a fused jit region compute volt_exp (f64 reference)") {
+  std::vector<float> xs;
+  for (int i = -4000; i <= 4000; ++i) xs.push_back(float(i) * 0.021f);
+  const Tensor x = Tensor::from_vector<float>(xs);
+  const std::vector<float> eager = exp(x).to_vector<float>();
+  auto f = jit::jit([](const std::vector<Tensor>& a) { return std::vector<Tensor>{mul(exp(neg(a[0])), 2.0)}; });
+  const std::vector<float> fused = f({x}).at(0).to_vector<float>();
+  REQUIRE(fused.size() == xs.size());
+  double worst = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    CHECK(eager[i] == volt_exp(xs[i]));
+    CHECK(fused[i] == 2.0f * volt_exp(-xs[i]));
+    worst = std::max(worst, ulps(eager[i], std::exp(double(xs[i]))));
+  }
+  CHECK(worst < 1.0);
   CHECK(jit::last_traces(f).back().str().find("cpuFusion") != std::string::npos);
 }
