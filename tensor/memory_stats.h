@@ -20,9 +20,10 @@ StorageBytes storage_bytes();
 void reset_storage_peak();
 
 // Bytes of freed large CPU blocks (64 KiB and up) that the allocator keeps for
-// tensors of the same size.  They are given back, the longest-waiting first,
-// when a request of a new size comes, so that memory in use plus this does not
-// grow while it holds blocks nobody asks for (tensor/cpu/backend.cpp).
+// tensors of the same size.  Those of sizes nobody asks for any more are given
+// back, the longest-waiting first, when a request the cache cannot serve
+// comes, so that memory in use plus this does not grow while it holds them
+// (tensor/cpu/backend.cpp).
 uint64_t cpu_cached_bytes();
 
 }  // namespace volt

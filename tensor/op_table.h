@@ -44,7 +44,7 @@ enum class OpKind : uint8_t {
 #define VOLT_OPS(X)                               \
   X(neg, Unary, (-a))                             \
   X(abs, Unary, (a < 0 ? -a : a))                 \
-  X(exp, Unary, exp(a))                           \
+  X(exp, Unary, volt_exp(a))                      \
   X(log, Unary, log(a))                           \
   X(sqrt, Unary, sqrt(a))                         \
   X(tanh, Unary, tanh(a))                         \
@@ -102,7 +102,7 @@ enum class OpKind : uint8_t {
   X(cross_entropy, Composite, )                   \
   X(cross_entropy_backward, Composite, )          \
   X(conv2d, Composite, )                          \
-  X(erf, Unary, erf(a))                           \
+  X(erf, Unary, volt_erf(a))                      \
   X(gelu, Composite, )                            \
   X(layer_norm, Composite, )                      \
   X(embedding, Composite, )                       \

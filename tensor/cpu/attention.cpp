@@ -28,8 +28,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include <volt/tensor/cpu/attention_tiles.h>
+#include <volt/tensor/cpu/convert_bf16.h>
 #include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
@@ -141,16 +144,14 @@ struct ForwardScratch {
 // One forward task: query rows [i0, i1) of head bh.  Per key block: the score
 // tile S = Q K^T of all the rows at once, then per row the online softmax
 // (turning S's row into P o Z in place), then acc += (P o Z) V as one tile product.
+// Qh, Kh, Vh, Oh and lseh are head bh's slices (bh numbers the dropout draws).
 template <class T>
-void forward_rows(const T* Q, const T* K, const T* V, T* O, T* lse, const Dims& d, const FlashParams& p,
+void forward_rows(const T* Qh, const T* Kh, const T* Vh, T* Oh, T* lseh, const Dims& d, const FlashParams& p,
                   int64_t bh, int64_t i0, int64_t i1) {
   const T scale = static_cast<T>(p.scale);
   const int64_t rows = i1 - i0;
   ForwardScratch<T> w(d, rows);
   const DropoutMask<T> drop(p, bh, d.L, d.S);
-  const T* Qh = Q + bh * d.L * d.E;
-  const T* Kh = K + bh * d.S * d.E;
-  const T* Vh = V + bh * d.S * d.Ev;
   const int64_t key_end = p.causal ? std::min(d.S, i1) : d.S;  // row i sees keys j <= i
   for (int64_t j0 = 0; j0 < key_end; j0 += kBc) {
     const int64_t n = std::min(kBc, key_end - j0);
@@ -180,17 +181,24 @@ void forward_rows(const T* Q, const T* K, const T* V, T* O, T* lse, const Dims& 
   }
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = i0 + r;
-    T* out = O + (bh * d.L + i) * d.Ev;
+    T* out = Oh + i * d.Ev;
     const T inv = w.l[r] > 0 ? T(1) / w.l[r] : T(0);
     for (int64_t e = 0; e < d.Ev; ++e) out[e] = w.acc[r * d.Ev + e] * inv;
-    lse[bh * d.L + i] = w.m[r] + std::log(w.l[r]);
+    lseh[i] = w.m[r] + std::log(w.l[r]);
   }
 }
 
+// The operands of one head: dO, Q, O, dQ of (L, .), K, V, dK, dV of (S, .), lse of (L).
 template <class T>
 struct BackwardArgs {
   const T *dO, *Q, *K, *V, *O, *lse;
   T *dQ, *dK, *dV;
+
+  // Head bh's slices of whole (B, H, ., .) operands.
+  BackwardArgs head(const Dims& d, int64_t bh) const {
+    const int64_t q = bh * d.L * d.E, kv = bh * d.S * d.E, v = bh * d.S * d.Ev, o = bh * d.L * d.Ev;
+    return {dO + o, Q + q, K + kv, V + v, O + o, lse + bh * d.L, dQ + q, dK + kv, dV + v};
+  }
 };
 
 // Scratch of a backward task: the transposed key and value blocks, and for a
@@ -205,13 +213,13 @@ struct BackwardScratch {
 // P, dP and dS for query rows [i0, i0 + rows) against the key block at j0 (n keys).
 template <class T>
 void backward_tiles(const BackwardArgs<T>& a, const Dims& d, const FlashParams& p, const DropoutMask<T>& drop,
-                    int64_t bh, int64_t j0, int64_t n, int64_t i0, int64_t rows, BackwardScratch<T>& w) {
+                    int64_t j0, int64_t n, int64_t i0, int64_t rows, BackwardScratch<T>& w) {
   const T scale = static_cast<T>(p.scale);
-  const T* lse = a.lse + bh * d.L;
+  const T* lse = a.lse;
   std::fill(w.s.begin(), w.s.end(), T(0));
   std::fill(w.dp.begin(), w.dp.end(), T(0));
-  tiles::gemm_acc(a.Q + (bh * d.L + i0) * d.E, d.E, w.kt.data(), kBc, w.s.data(), kBc, rows, d.E, kBc);
-  tiles::gemm_acc(a.dO + (bh * d.L + i0) * d.Ev, d.Ev, w.vt.data(), kBc, w.dp.data(), kBc, rows, d.Ev, kBc);
+  tiles::gemm_acc(a.Q + i0 * d.E, d.E, w.kt.data(), kBc, w.s.data(), kBc, rows, d.E, kBc);
+  tiles::gemm_acc(a.dO + i0 * d.Ev, d.Ev, w.vt.data(), kBc, w.dp.data(), kBc, rows, d.Ev, kBc);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = i0 + r;
     T* s = w.s.data() + r * kBc;
@@ -227,24 +235,19 @@ void backward_tiles(const BackwardArgs<T>& a, const Dims& d, const FlashParams& 
   }
 }
 
-// One backward task: every gradient of head bh.  Per key block and block of
-// kBr query rows: the tiles of backward_tiles, then
+// One backward task: every gradient of head bh (`a`: its slices).  Per key
+// block and block of kBr query rows: the tiles of backward_tiles, then
 //   dV_blk += (P o Z)^T dO_rows,  dQ_rows += dS K_blk,  dK_blk += dS^T Q_rows.
 template <class T>
 void backward_head(const BackwardArgs<T>& a, const Dims& d, const FlashParams& p, int64_t bh) {
-  const T* Qh = a.Q + bh * d.L * d.E;
-  const T* Kh = a.K + bh * d.S * d.E;
-  const T* Vh = a.V + bh * d.S * d.Ev;
-  const T* dOh = a.dO + bh * d.L * d.Ev;
-  T* dQh = a.dQ + bh * d.L * d.E;
-  T* dKh = a.dK + bh * d.S * d.E;
-  T* dVh = a.dV + bh * d.S * d.Ev;
+  const T *Qh = a.Q, *Kh = a.K, *Vh = a.V, *dOh = a.dO;
+  T *dQh = a.dQ, *dKh = a.dK, *dVh = a.dV;
   std::fill(dQh, dQh + d.L * d.E, T(0));
   std::fill(dKh, dKh + d.S * d.E, T(0));
   std::fill(dVh, dVh + d.S * d.Ev, T(0));
   BackwardScratch<T> w(d);
   for (int64_t i = 0; i < d.L; ++i) {  // D = rowsum(dO o O)
-    const T* o = a.O + (bh * d.L + i) * d.Ev;
+    const T* o = a.O + i * d.Ev;
     T sum = 0;
     for (int64_t e = 0; e < d.Ev; ++e) sum += dOh[i * d.Ev + e] * o[e];
     w.D[i] = sum;
@@ -256,7 +259,7 @@ void backward_head(const BackwardArgs<T>& a, const Dims& d, const FlashParams& p
     transpose_block(Vh + j0 * d.Ev, n, d.Ev, w.vt.data());
     for (int64_t i0 = p.causal ? j0 : 0; i0 < d.L; i0 += kBr) {
       const int64_t rows = std::min(kBr, d.L - i0);
-      backward_tiles(a, d, p, drop, bh, j0, n, i0, rows, w);
+      backward_tiles(a, d, p, drop, j0, n, i0, rows, w);
       tiles::gemm_acc_t(w.pz.data(), kBc, dOh + i0 * d.Ev, d.Ev, dVh + j0 * d.Ev, d.Ev, n, rows, d.Ev);
       tiles::gemm_acc(w.s.data(), kBc, Kh + j0 * d.E, d.E, dQh + i0 * d.E, d.E, rows, n, d.E);
       tiles::gemm_acc_t(w.s.data(), kBc, Qh + i0 * d.E, d.E, dKh + j0 * d.E, d.E, n, rows, d.E);
@@ -275,7 +278,8 @@ std::vector<Tensor> forward_typed(const Tensor& q, const Tensor& k, const Tensor
   const int64_t blocks = (d.L + kBr - 1) / kBr;
   parallel_tasks(d.BH * blocks, [&](int64_t t) {
     const int64_t bh = t / blocks, i0 = (t % blocks) * kBr;
-    forward_rows<T>(Q, K, V, O, Lse, d, p, bh, i0, std::min(d.L, i0 + kBr));
+    forward_rows<T>(Q + bh * d.L * d.E, K + bh * d.S * d.E, V + bh * d.S * d.Ev, O + bh * d.L * d.Ev, Lse + bh * d.L,
+                    d, p, bh, i0, std::min(d.L, i0 + kBr));
   });
   return {out, lse};
 }
@@ -289,25 +293,107 @@ std::vector<Tensor> backward_typed(const Tensor& g, const Tensor& q, const Tenso
   Tensor dv = Tensor::empty(v.sizes(), v.dtype(), v.device());
   const BackwardArgs<T> a{g.data_ptr<T>(),  q.data_ptr<T>(),  k.data_ptr<T>(),  v.data_ptr<T>(), out.data_ptr<T>(),
                           lse.data_ptr<T>(), dq.data_ptr<T>(), dk.data_ptr<T>(), dv.data_ptr<T>()};
-  parallel_tasks(d.BH, [&](int64_t bh) { backward_head<T>(a, d, p, bh); });
+  parallel_tasks(d.BH, [&](int64_t bh) { backward_head<T>(a.head(d, bh), d, p, bh); });
   return {dq, dk, dv};
 }
 
-// bf16 and f16 operands: each is read into f32 once (O(L E) per head, against
-// the O(L S E) of the tile products), the kernels compute in f32, and out, dq,
-// dk and dv are rounded once into the operands' type.  lse stays f32: rounded
-// to 8 bits it would put an error of up to 2^-9 into every weight that
-// backward recomputes from it.
-Tensor as_f32(const Tensor& t) { return t.dtype() == DType::f32 ? t : convert_element_type(t.contiguous(), DType::f32); }
+// bf16 and f16 operands: a task widens its head's slices into f32 buffers of
+// its thread (O(L E) per head, against the O(L S E) of the tile products, and
+// no f32 copy of a whole tensor), the f32 kernels above run on them, and out,
+// dq, dk and dv are rounded once into the operands' type: the same values, bit
+// for bit, as the f32 kernels on widened tensors.  lse stays f32: rounded to 8
+// bits it would put an error of up to 2^-9 into every weight that backward
+// recomputes from it.
+template <class H>
+void widen(const H* src, float* dst, int64_t n) {
+  if constexpr (std::is_same_v<H, BF16>)
+    bf16_to_f32(src, dst, n);
+  else
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i].to_float();
+}
+template <class H>
+void narrow(const float* src, H* dst, int64_t n) {
+  if constexpr (std::is_same_v<H, BF16>)
+    f32_to_bf16(src, dst, n);
+  else
+    for (int64_t i = 0; i < n; ++i) dst[i] = H::from_float(src[i]);
+}
+
+// A thread's f32 buffers for one head, grown as needed and kept between calls.
+struct HeadBuffers {
+  std::vector<float> q, k, v, o, g, dq, dk, dv;
+};
+float* sized(std::vector<float>& b, int64_t n) {
+  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
+HeadBuffers& head_buffers() {
+  static thread_local HeadBuffers b;
+  return b;
+}
+
+template <class H>
+const H* half_ptr(const Tensor& t) { return static_cast<const H*>(t.raw_data()); }
+
+// One task a head (its row blocks in turn): q, k, v widened, out rounded.
+template <class H>
+std::vector<Tensor> forward_half(const Tensor& q, const Tensor& k, const Tensor& v, const FlashParams& p) {
+  const Dims d = dims_of(q, v);
+  const Shape& qs = q.sizes();
+  Tensor out = Tensor::empty({qs[0], qs[1], d.L, d.Ev}, q.dtype(), q.device());
+  Tensor lse = Tensor::empty({qs[0], qs[1], d.L}, DType::f32, q.device());
+  const H *Q = half_ptr<H>(q), *K = half_ptr<H>(k), *V = half_ptr<H>(v);
+  H* O = static_cast<H*>(out.raw_data());
+  float* Lse = lse.data_ptr<float>();
+  parallel_tasks(d.BH, [&](int64_t bh) {
+    HeadBuffers& b = head_buffers();
+    float *qf = sized(b.q, d.L * d.E), *kf = sized(b.k, d.S * d.E), *vf = sized(b.v, d.S * d.Ev);
+    float* of = sized(b.o, d.L * d.Ev);
+    widen(Q + bh * d.L * d.E, qf, d.L * d.E);
+    widen(K + bh * d.S * d.E, kf, d.S * d.E);
+    widen(V + bh * d.S * d.Ev, vf, d.S * d.Ev);
+    for (int64_t i0 = 0; i0 < d.L; i0 += kBr)
+      forward_rows<float>(qf, kf, vf, of, Lse + bh * d.L, d, p, bh, i0, std::min(d.L, i0 + kBr));
+    narrow(of, O + bh * d.L * d.Ev, d.L * d.Ev);
+  });
+  return {out, lse};
+}
+
+// One task a head: the output's gradient, q, k, v and out widened, dq, dk and dv rounded.
+template <class H>
+std::vector<Tensor> backward_half(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& out, const Tensor& lse, const FlashParams& p) {
+  const Dims d = dims_of(q, v);
+  Tensor dq = Tensor::empty(q.sizes(), q.dtype(), q.device());
+  Tensor dk = Tensor::empty(k.sizes(), k.dtype(), k.device());
+  Tensor dv = Tensor::empty(v.sizes(), v.dtype(), v.device());
+  const H *G = half_ptr<H>(g), *Q = half_ptr<H>(q), *K = half_ptr<H>(k), *V = half_ptr<H>(v), *O = half_ptr<H>(out);
+  H *dQ = static_cast<H*>(dq.raw_data()), *dK = static_cast<H*>(dk.raw_data()), *dV = static_cast<H*>(dv.raw_data());
+  const float* Lse = lse.data_ptr<float>();
+  parallel_tasks(d.BH, [&](int64_t bh) {
+    HeadBuffers& b = head_buffers();
+    const int64_t nq = d.L * d.E, nk = d.S * d.E, nv = d.S * d.Ev, no = d.L * d.Ev;
+    float *gf = sized(b.g, no), *qf = sized(b.q, nq), *kf = sized(b.k, nk), *vf = sized(b.v, nv), *of = sized(b.o, no);
+    float *dqf = sized(b.dq, nq), *dkf = sized(b.dk, nk), *dvf = sized(b.dv, nv);
+    widen(G + bh * no, gf, no);
+    widen(Q + bh * nq, qf, nq);
+    widen(K + bh * nk, kf, nk);
+    widen(V + bh * nv, vf, nv);
+    widen(O + bh * no, of, no);
+    backward_head<float>({gf, qf, kf, vf, of, Lse + bh * d.L, dqf, dkf, dvf}, d, p, bh);
+    narrow(dqf, dQ + bh * nq, nq);
+    narrow(dkf, dK + bh * nk, nk);
+    narrow(dvf, dV + bh * nv, nv);
+  });
+  return {dq, dk, dv};
+}
 
 }  // namespace
 
 std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FlashParams& p) {
   if (q.dtype() == DType::f64) return forward_typed<double>(q, k, v, p);
-  if (is_half(q.dtype())) {
-    std::vector<Tensor> r = forward_typed<float>(as_f32(q), as_f32(k), as_f32(v), p);
-    return {convert_element_type(r[0], q.dtype()), r[1]};
-  }
+  if (q.dtype() == DType::bf16) return forward_half<BF16>(q, k, v, p);
+  if (q.dtype() == DType::f16) return forward_half<F16>(q, k, v, p);
   return forward_typed<float>(q, k, v, p);
 }
 
@@ -315,11 +401,8 @@ std::vector<Tensor> flash_attention_backward(const Tensor& grad_out, const Tenso
                                              const Tensor& v, const Tensor& out, const Tensor& lse,
                                              const FlashParams& p) {
   if (q.dtype() == DType::f64) return backward_typed<double>(grad_out, q, k, v, out, lse, p);
-  if (is_half(q.dtype())) {
-    std::vector<Tensor> r = backward_typed<float>(as_f32(grad_out), as_f32(q), as_f32(k), as_f32(v), as_f32(out), lse, p);
-    for (Tensor& g : r) g = convert_element_type(g, q.dtype());
-    return r;
-  }
+  if (q.dtype() == DType::bf16) return backward_half<BF16>(grad_out, q, k, v, out, lse, p);
+  if (q.dtype() == DType::f16) return backward_half<F16>(grad_out, q, k, v, out, lse, p);
   return backward_typed<float>(grad_out, q, k, v, out, lse, p);
 }
 

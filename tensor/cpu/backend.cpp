@@ -2,7 +2,10 @@
 // each prim to its family's kernel (tensor/cpu/kernels.h): elementwise.cpp,
 // copy.cpp, random.cpp, reductions.cpp, cross_entropy.cpp, matmul.cpp (GEMMs),
 // windows.cpp and convolution.cpp; the loops run on volt's pool (threads.h).
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <list>
 #include <mutex>
 #include <sys/mman.h>
@@ -29,18 +32,30 @@ constexpr size_t kLargeCacheLimit = size_t(1) << 30;
 // costs a page fault and a zeroed page per 4 KiB, so freed large blocks are kept
 // by exact size and handed out again; small blocks go through malloc.
 //
-// A request the cache cannot serve (a new size) first gives back the blocks
-// that waited longest, at least as many bytes as it asks for: memory held by
-// the process (in use plus cached) does not grow while the cache holds blocks
-// nobody asks for.  Without that, a loop whose shapes change every iteration
-// (a model generating a token at a time, its context one longer each time)
-// would keep one block of every size it ever used.  Blocks are mapped from the
-// system directly, so a block given back leaves the process's memory at once.
+// A request the cache cannot serve first gives back cached blocks nobody asks
+// for any more, the longest-waiting first, at least as many bytes as it asks
+// for: memory held by the process (in use plus cached) does not grow while the
+// cache holds such blocks.  Without that, a loop whose shapes change every
+// iteration (a model generating a token at a time, its context one longer each
+// time) would keep one block of every size it ever used.  "Nobody asks for
+// it": its size was last requested more than twice the longest gap between two
+// requests of that size ago, counted in requests (a size requested once:
+// right after).  A training step asks for the same sizes every step, so its
+// blocks stay until the next step takes them; giving back the longest-waiting
+// blocks of any size instead made every miss of a step (more blocks of a size
+// live at once than cached) evict a block a later request of the step needed,
+// which then missed in turn: a GPT step mapped and faulted in 100 to 180
+// blocks again every step.  Blocks are mapped from the system directly, so a
+// block given back leaves the process's memory at once.
 class LargeBlockCache {
  public:
   // n: a multiple of 64 and >= kLargeBlock; nbytes: what the caller asked for.
   void* allocate(size_t n, size_t nbytes) {
     std::lock_guard<std::mutex> lock(mutex_);
+    ++requests_;
+    SizeUse& use = uses_[n];
+    if (use.last > 0) use.longest_gap = std::max(use.longest_gap, requests_ - use.last);
+    use.last = requests_;
     if (auto it = by_size_.find(n); it != by_size_.end()) {
       void* p = it->second->p;
       oldest_.erase(it->second);
@@ -49,7 +64,7 @@ class LargeBlockCache {
       live_[p] = n;
       return p;
     }
-    evict_until(n);
+    evict_unused(n);
     void* p = map(n);
     if (!p) {  // give every cached block back and try once more
       evict_until(SIZE_MAX);
@@ -87,21 +102,37 @@ class LargeBlockCache {
     void* p = ::mmap(nullptr, mapped_size(n), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? nullptr : p;
   }
+  // Unmaps cached block `at`; returns its size.
+  size_t give_back(std::list<Block>::iterator at) {
+    const Block b = *at;
+    auto range = by_size_.equal_range(b.n);
+    for (auto it = range.first; it != range.second; ++it)
+      if (it->second == at) {
+        by_size_.erase(it);
+        break;
+      }
+    oldest_.erase(at);
+    ::munmap(b.p, mapped_size(b.n));
+    cached_bytes_ -= b.n;
+    return b.n;
+  }
   // Gives back the longest-waiting cached blocks until `bytes` were freed or none is left.
   void evict_until(size_t bytes) {
     size_t freed = 0;
-    while (freed < bytes && !oldest_.empty()) {
-      const Block b = oldest_.front();
-      auto range = by_size_.equal_range(b.n);
-      for (auto it = range.first; it != range.second; ++it)
-        if (it->second == oldest_.begin()) {
-          by_size_.erase(it);
-          break;
-        }
-      oldest_.pop_front();
-      ::munmap(b.p, mapped_size(b.n));
-      cached_bytes_ -= b.n;
-      freed += b.n;
+    while (freed < bytes && !oldest_.empty()) freed += give_back(oldest_.begin());
+  }
+  // The same, of the blocks whose size nobody asks for any more (see above).
+  void evict_unused(size_t bytes) {
+    size_t freed = 0;
+    for (auto it = oldest_.begin(); freed < bytes && it != oldest_.end();) {
+      const SizeUse& use = uses_.at(it->n);
+      if (requests_ - use.last <= 2 * use.longest_gap) {
+        ++it;
+        continue;
+      }
+      auto next = std::next(it);
+      freed += give_back(it);
+      it = next;
     }
   }
 
@@ -110,6 +141,13 @@ class LargeBlockCache {
   std::list<Block> oldest_;                 // kept, the longest-waiting first
   std::unordered_multimap<size_t, std::list<Block>::iterator> by_size_;  // kept: size -> its place in oldest_
   size_t cached_bytes_ = 0;
+  // When each size was last requested and the longest gap between two of its
+  // requests, both counted in requests of large blocks.
+  struct SizeUse {
+    uint64_t last = 0, longest_gap = 0;
+  };
+  std::unordered_map<size_t, SizeUse> uses_;
+  uint64_t requests_ = 0;
 };
 
 // Never destroyed: tensors held by static objects may die after the backend.

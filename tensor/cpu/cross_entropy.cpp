@@ -7,13 +7,17 @@
 #include <volt/tensor/cpu/kernels.h>
 #include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/cross_entropy.h>
+#include <volt/tensor/op_exprs.h>
 #include <volt/tensor/ops.h>
 
 namespace volt {
 
 // The row functions of softmax cross-entropy, shared with the CUDA kernels.
+// exp is the one the CPU's other kernels call (tensor/math_functions.inc), so
+// that this kernel and a decomposed log_softmax (the jit's row kernels) agree.
 namespace ce {
-using std::exp;
+template <class T>
+inline auto exp(T x) { return op_exprs::volt_exp(x); }
 using std::log;
 #include <volt/tensor/cross_entropy.inc>
 }  // namespace ce
