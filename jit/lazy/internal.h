@@ -195,6 +195,8 @@ std::vector<int> dead_leaves(const Graph& g, const Entry& e, Reason why);
 // it is a leaf of the graph (replaced_leaves), else -1.
 std::vector<int> dead_leaves(const Graph& g, const std::vector<int>& candidates, Reason why);
 std::vector<int> replaced_leaves(const Graph& g, const Priors& priors);
+// Per leaf: whether nothing outside the graph holds its value (a mark_step graph only).
+std::vector<bool> unread_leaves(const Graph& g, Reason why);
 std::vector<Tensor> run_planned(Entry& e, const std::vector<Tensor>& in, const PhiloxState& rng,
                                 const std::vector<int>& donate, long handles);
 int64_t take_donated();  // roots written in place since the last call (Plan.donated)
@@ -202,8 +204,9 @@ int64_t take_donated();  // roots written in place since the last call (Plan.don
 // replay.cpp: running a CUDA graph as a captured CUDA graph (no allocation a run).
 //   attach_replay: readies a compiled CUDA graph for it.
 //   run_replayed: runs the graph from its capture (captured on its second
-//     run), `donate` as dead_leaves gave and `handles` as for run_planned;
-//     false when it did not run (the caller interprets the graph).
+//     run), `donate` as dead_leaves gave, `unread` as unread_leaves gave and
+//     `handles` as for run_planned; false when it did not run (the caller
+//     interprets the graph).
 // The runtime scalars as 8-byte slots (the bits of each value in its dtype).
 struct ScalarSlots {
   std::vector<uint64_t> bits;
@@ -211,7 +214,8 @@ struct ScalarSlots {
 };
 void attach_replay(Entry& e);
 bool run_replayed(Entry& e, const std::vector<Tensor>& leaves, const ScalarSlots& slots, const PhiloxState& rng,
-                  const std::vector<int>& donate, long handles, std::vector<Tensor>& out);
+                  const std::vector<int>& donate, const std::vector<bool>& unread, long handles,
+                  std::vector<Tensor>& out);
 
 // describe.cpp: the graph in words, for the compile reason.
 GraphDesc describe_graph(const Graph& g);

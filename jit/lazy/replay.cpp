@@ -41,7 +41,7 @@ namespace volt::lazy::detail {
 struct Replay {};
 void attach_replay(Entry&) {}
 bool run_replayed(Entry&, const std::vector<Tensor>&, const ScalarSlots&, const PhiloxState&, const std::vector<int>&,
-                  long, std::vector<Tensor>&) {
+                  const std::vector<bool>&, long, std::vector<Tensor>&) {
   return false;
 }
 
@@ -169,16 +169,27 @@ void move_out(std::shared_ptr<Storage>& w, int device) {
 }
 
 // Before a replay overwrites the graph's memory: a value lent by the last
-// run that someone still holds moves to memory of its own.
-void keep_held(Replay& r, int device) {
-  for (std::shared_ptr<Storage>& w : r.lent)
-    if (w.use_count() > 1) move_out(w, device);
+// run that someone still holds moves to memory of its own.  Held only by
+// leaves of this run that nothing else reads (a value fed back, as
+// h = f(h)), it stays: the run copies those into its buffers first.
+void keep_held(Replay& r, int device, const std::vector<Tensor>& leaves, const std::vector<bool>& unread, long handles) {
+  for (std::shared_ptr<Storage>& w : r.lent) {
+    const long held = w.use_count() - 1;
+    if (held == 0) continue;
+    std::unordered_set<const TensorImpl*> by_run;
+    for (size_t a : r.args) {
+      const std::shared_ptr<TensorImpl>& x = leaves[a].impl_ptr();
+      if (a < unread.size() && unread[a] && x->storage == w && x.use_count() == handles) by_run.insert(x.get());
+    }
+    if (static_cast<long>(by_run.size()) < held) move_out(w, device);
+  }
 }
 
 }  // namespace
 
 bool run_replayed(Entry& e, const std::vector<Tensor>& leaves, const ScalarSlots& slots, const PhiloxState& rng,
-                  const std::vector<int>& donate_in, long handles, std::vector<Tensor>& out) {
+                  const std::vector<int>& donate_in, const std::vector<bool>& unread, long handles,
+                  std::vector<Tensor>& out) {
   Replay& r = *e.replay;
   const jit::Trace& t = e.traces.back();
   if (++r.runs == 1 || r.captures >= kMaxCaptures) return false;  // the first run loads what the capture needs
@@ -229,7 +240,7 @@ bool run_replayed(Entry& e, const std::vector<Tensor>& leaves, const ScalarSlots
     }
   }
   Captured& c = *r.captured;
-  keep_held(r, dev.index);
+  keep_held(r, dev.index, leaves, unread, handles);
   if (!slots.bits.empty())
     VOLT_CUDA_CHECK(cudaMemcpyAsync(c.scalars.raw_data(), slots.bits.data(), 8 * slots.bits.size(),
                                     cudaMemcpyHostToDevice, vc::stream(dev.index)));

@@ -107,6 +107,7 @@ void run_graph(std::vector<ValuePtr> values, Reason why, const Priors& priors) {
   std::vector<int> donate = planned    ? dead_leaves(g, *e, why)
                             : replayed ? dead_leaves(g, replaced_leaves(g, priors), why)
                                        : std::vector<int>();
+  const std::vector<bool> unread = replayed ? unread_leaves(g, why) : std::vector<bool>();
   std::vector<bool> donated_leaf(g.leaves.size(), false);
   for (int l : donate)
     if (l >= 0) donated_leaf[static_cast<size_t>(l)] = true;
@@ -130,7 +131,7 @@ void run_graph(std::vector<ValuePtr> values, Reason why, const Priors& priors) {
   // The job holds its inputs' tensors (and the runs they come from) until it is
   // done, and the compiled entry; nothing of the graph's nodes.
   detail::Runner::Job job = [e, inputs = std::move(inputs), rng = g.rng, async, planned, replayed,
-                             slots = std::move(slots), donate = std::move(donate), handles] {
+                             slots = std::move(slots), donate = std::move(donate), unread, handles] {
     std::vector<Tensor> in;
     in.reserve(inputs.size());
     for (const detail::Input& i : inputs) in.push_back(detail::resolve(i));  // an earlier run's error passes on
@@ -139,7 +140,7 @@ void run_graph(std::vector<ValuePtr> values, Reason why, const Priors& priors) {
     auto go = [&] {
       if (replayed) {
         std::vector<Tensor> outs;
-        if (run_replayed(*e, in, slots, rng, donate, handles, outs)) return outs;
+        if (run_replayed(*e, in, slots, rng, donate, unread, handles, outs)) return outs;
         for (Tensor& t : scalar_tensors(slots)) in.push_back(std::move(t));
       }
       return planned ? run_planned(*e, in, rng, donate, handles) : jit::interpret(e->traces.back(), in, &rng);
