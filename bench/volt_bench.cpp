@@ -197,7 +197,9 @@ std::vector<Cell> run_cell(const std::string& mode, Device device, int64_t batch
     // still runs its graph: mark_step, without wait_device_ops).
     for (int i = 0; i < kCounted; ++i) {
       const Batch& b = batches[k++ % batches.size()];
-      (void)(compiled ? (*compiled)(b.x, b.y) : body(b.x, b.y));
+      // The loss is held through mark_step, as a timed step holds it (a lazy
+      // step whose loss is dropped first is another graph, without the loss).
+      const Tensor loss = compiled ? (*compiled)(b.x, b.y) : body(b.x, b.y);
       if (base == "lazy") lazy::mark_step();
     }
     const auto sim_after = cuda::simulated_counters();

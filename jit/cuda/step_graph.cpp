@@ -291,7 +291,7 @@ StepGraph::StepGraph(const Trace& trace, const std::vector<Tensor>& state, const
 
 StepGraph::~StepGraph() = default;
 
-std::vector<Tensor> StepGraph::run(const std::vector<Tensor>& args) {
+std::vector<Tensor> StepGraph::run(const std::vector<Tensor>& args, const PhiloxState* rng) {
   Impl& G = *impl_;
   VOLT_CHECK(args.size() == G.static_args.size(), "compile_step",
              "the graph takes " << G.static_args.size() << " arguments, got " << args.size());
@@ -310,7 +310,7 @@ std::vector<Tensor> StepGraph::run(const std::vector<Tensor>& args) {
   if (G.rng_total) {
     // The generator moves on as if the step ran eagerly; the word is written
     // only when someone else drew or reseeded since the last replay.
-    const PhiloxState r = rng_reserve(G.rng_total);
+    const PhiloxState r = rng ? *rng : rng_reserve(G.rng_total);
     if (r.seed != G.expected.seed || r.offset != G.expected.offset) {
       static thread_local unsigned long long host[2];
       host[0] = r.seed;
@@ -324,6 +324,7 @@ std::vector<Tensor> StepGraph::run(const std::vector<Tensor>& args) {
   return G.outputs;
 }
 
+const std::vector<Tensor>& StepGraph::outputs() const { return impl_->outputs; }
 size_t StepGraph::kernel_nodes() const { return impl_->graph.kernel_nodes(); }
 size_t StepGraph::memcpy_nodes() const { return impl_->graph.memcpy_nodes(); }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <volt/jit/trace.h>
+#include <volt/tensor/random.h>
 
 namespace volt::jit::cuda {
 
@@ -32,8 +33,14 @@ class StepGraph {
   ~StepGraph();
   // One step: the arguments copied into the graph's buffers, one launch.
   // Returns the step's outputs and the gradients (tensors of the graph,
-  // overwritten by the next replay).
-  std::vector<Tensor> run(const std::vector<Tensor>& args);
+  // overwritten by the next replay).  The step's random draws start at `rng`
+  // when given (counters its caller reserved already, as the lazy device
+  // does when it records), else at counters reserved now from the global
+  // generator, as an eager step would draw them.
+  std::vector<Tensor> run(const std::vector<Tensor>& args, const PhiloxState* rng = nullptr);
+
+  // The tensors run() returns (the graph's memory), before any replay.
+  const std::vector<Tensor>& outputs() const;
 
   size_t kernel_nodes() const;
   size_t memcpy_nodes() const;

@@ -248,6 +248,7 @@ std::shared_ptr<Entry> compile(const Graph& g) {
   // The jit's pipeline, with its built-in executors (fusion ones first).
   jit::compile_pipeline(e->traces, *e->names, jit::executor_order({}));
   if (S().backend.is_cpu()) attach_plans(*e, g.leaves.size());
+  else attach_replay(*e);
   count("Time.compile_us", us_since(t0));
   return e;
 }

@@ -83,23 +83,30 @@ struct LazyTensor {
   ValuePtr base_value;
   OpId view_op = OpId::reshape;
   Attrs view_attrs;
+  // The value with data it held before the in-place writes that made its
+  // pending value: the old value a CUDA graph's replay writes the new one over.
+  std::weak_ptr<LazyValue> prior;
 };
+// Per pending value of a live lazy tensor, that tensor's prior value.
+using Priors = std::unordered_map<const LazyValue*, const LazyValue*>;
 
 // Why a graph runs (counted as RunGraph.<reason_name>).
 enum class Reason { ValueNeeded, MarkStep, SizeLimit, Fallback };
 const char* reason_name(Reason r);
 
-struct Plans;  // plan.cpp: an entry's memory plans
+struct Plans;   // plan.cpp: an entry's memory plans
+struct Replay;  // replay.cpp: an entry's captured CUDA graph
 
 // A compiled graph: its traces (the last one runs) and the names they print
-// with; on the CPU, its memory plans and, per root, the leaf whose buffer the
-// root may be written into (or -1).
+// with; its memory plans on the CPU or its captured graph on CUDA and, per
+// root, the leaf whose buffer the root may be written into (or -1).
 struct Entry {
   std::string key;
   std::shared_ptr<jit::ProxyNames> names;
   std::vector<jit::Trace> traces;
   std::vector<int> donatable;
   std::shared_ptr<Plans> plans;
+  std::shared_ptr<Replay> replay;
 };
 
 // The graph behind some values, in post-order, and its cache key.  The key
@@ -184,9 +191,31 @@ std::shared_ptr<Entry> lookup_or_compile(const Graph& g, Reason why);
 //     number of tensor handles each donated input has when no one else holds it.
 void attach_plans(Entry& e, size_t num_leaves);
 std::vector<int> dead_leaves(const Graph& g, const Entry& e, Reason why);
+// The same for other candidates: per root, its lazy tensor's prior value if
+// it is a leaf of the graph (replaced_leaves), else -1.
+std::vector<int> dead_leaves(const Graph& g, const std::vector<int>& candidates, Reason why);
+std::vector<int> replaced_leaves(const Graph& g, const Priors& priors);
+// Per leaf: whether nothing outside the graph holds its value (a mark_step graph only).
+std::vector<bool> unread_leaves(const Graph& g, Reason why);
 std::vector<Tensor> run_planned(Entry& e, const std::vector<Tensor>& in, const PhiloxState& rng,
                                 const std::vector<int>& donate, long handles);
 int64_t take_donated();  // roots written in place since the last call (Plan.donated)
+
+// replay.cpp: running a CUDA graph as a captured CUDA graph (no allocation a run).
+//   attach_replay: readies a compiled CUDA graph for it.
+//   run_replayed: runs the graph from its capture (captured on its second
+//     run), `donate` as dead_leaves gave, `unread` as unread_leaves gave and
+//     `handles` as for run_planned; false when it did not run (the caller
+//     interprets the graph).
+// The runtime scalars as 8-byte slots (the bits of each value in its dtype).
+struct ScalarSlots {
+  std::vector<uint64_t> bits;
+  std::vector<DType> dtypes;
+};
+void attach_replay(Entry& e);
+bool run_replayed(Entry& e, const std::vector<Tensor>& leaves, const ScalarSlots& slots, const PhiloxState& rng,
+                  const std::vector<int>& donate, const std::vector<bool>& unread, long handles,
+                  std::vector<Tensor>& out);
 
 // describe.cpp: the graph in words, for the compile reason.
 GraphDesc describe_graph(const Graph& g);
@@ -195,7 +224,8 @@ GraphDesc describe_graph(const Graph& g);
 bool async_now();
 
 // run.cpp: running graphs and reading their values.
-void run_graph(std::vector<ValuePtr> values, Reason why);
+ScalarSlots scalar_slots(const std::vector<const Operand*>& scalars);
+void run_graph(std::vector<ValuePtr> values, Reason why, const Priors& priors = {});
 void run_live(Reason why);  // the graph of every live lazy tensor
 void settle(LazyValue& v);  // waits for the step run that makes v, takes its data
 const Tensor& data_of(const ValuePtr& v, Reason why);

@@ -93,6 +93,15 @@ bool async();  // the mode as it applies now (Auto resolved)
 // peak of its graph's intermediates) lives as long as the compiled graph stays
 // in the cache: a program making many different step graphs bounds that
 // memory with set_cache_size, or turns plans off.
+// On CUDA the plan is a CUDA graph (jit/cuda/step_graph.h): a mark_step graph
+// is interpreted on its first run, captured on its second and replayed by one
+// launch after that.  A tensor's new value is written over the old value it
+// replaces (the value the tensor held before its in-place writes) under the
+// same rule; the other outputs live in the graph's memory, and a value of the
+// last run that the program still holds when the graph replays is first moved
+// to memory of its own.  So a training step allocates nothing in the graph.
+// The metrics Replay.captured, Replay.launched and Replay.kept (values moved
+// out) count it.
 void set_memory_plan(bool on);
 bool memory_plan();
 

@@ -83,19 +83,48 @@ void attach_plans(Entry& e, size_t num_leaves) {
 }
 
 std::vector<int> dead_leaves(const Graph& g, const Entry& e, Reason why) {
+  if (!e.plans) return std::vector<int>(g.roots.size(), -1);
+  return dead_leaves(g, e.donatable, why);
+}
+
+std::vector<int> replaced_leaves(const Graph& g, const Priors& priors) {
+  std::unordered_map<const LazyValue*, int> leaf;
+  for (size_t l = 0; l < g.leaves.size(); ++l) leaf[g.leaves[l].get()] = static_cast<int>(l);
   std::vector<int> r(g.roots.size(), -1);
-  if (!e.plans || e.donatable.size() != g.roots.size()) return r;
+  std::vector<bool> taken(g.leaves.size(), false);
+  for (size_t j = 0; j < r.size(); ++j) {
+    auto p = priors.find(g.roots[j].get());
+    if (p == priors.end()) continue;
+    auto l = leaf.find(p->second);
+    if (l == leaf.end() || taken[static_cast<size_t>(l->second)]) continue;
+    const TensorMeta& old = g.leaves[static_cast<size_t>(l->second)]->meta;
+    if (old.sizes != g.roots[j]->meta.sizes || old.dtype != g.roots[j]->meta.dtype) continue;
+    r[j] = l->second;
+    taken[static_cast<size_t>(l->second)] = true;
+  }
+  return r;
+}
+
+std::vector<bool> unread_leaves(const Graph& g, Reason why) {
+  std::vector<bool> r(g.leaves.size(), false);
   if (why != Reason::MarkStep && why != Reason::SizeLimit) return r;
   std::unordered_map<const LazyValue*, long> refs;  // held by the graph's own nodes
   for (const Node* n : g.nodes)
     for (const Operand& o : n->operands)
       if (o.kind == Operand::Value && !o.value->node) ++refs[o.value.get()];
-  for (size_t j = 0; j < r.size(); ++j) {
-    const int l = e.donatable[j];
-    if (l < 0) continue;
-    const ValuePtr& v = g.leaves[static_cast<size_t>(l)];
-    if (v.use_count() == 1 + refs[v.get()]) r[j] = l;  // 1: g.leaves
+  for (size_t l = 0; l < r.size(); ++l) {
+    const ValuePtr& v = g.leaves[l];
+    r[l] = v.use_count() == 1 + refs[v.get()];  // 1: g.leaves
   }
+  return r;
+}
+
+std::vector<int> dead_leaves(const Graph& g, const std::vector<int>& candidates, Reason why) {
+  std::vector<int> r(g.roots.size(), -1);
+  if (candidates.size() != g.roots.size()) return r;
+  const std::vector<bool> unread = unread_leaves(g, why);
+  for (size_t j = 0; j < r.size(); ++j)
+    if (candidates[j] >= 0 && unread[static_cast<size_t>(candidates[j])]) r[j] = candidates[j];
   return r;
 }
 

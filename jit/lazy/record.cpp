@@ -285,6 +285,7 @@ class LazyBackend final : public Backend {
       v = data_value(own_copy(src));
     }
     if (st) {
+      if (st->value && !st->value->node) st->prior = st->value;  // the old value a replay may write over
       st->value = std::move(v);
     } else {
       // A fresh handle from to(kLazy): it gets its state here.

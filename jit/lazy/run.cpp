@@ -1,5 +1,6 @@
 // Running a graph: here (a value is needed now) or, after mark_step(), on the
 // step runner's worker thread (runner.h), and reading the values it makes.
+#include <cstring>
 #include <unordered_set>
 
 #include <volt/jit/interpreter.h>
@@ -19,28 +20,39 @@ const char* reason_name(Reason r) {
   return "?";
 }
 
+ScalarSlots scalar_slots(const std::vector<const Operand*>& scalars) {
+  ScalarSlots r;
+  r.bits.assign(scalars.size(), 0);
+  for (size_t i = 0; i < scalars.size(); ++i) {
+    const Operand& o = *scalars[i];
+    r.dtypes.push_back(o.runtime_dtype);
+    VOLT_DISPATCH_DTYPE(o.runtime_dtype, [&] {
+      const scalar_t v = static_cast<scalar_t>(o.scalar.value);
+      std::memcpy(&r.bits[i], &v, sizeof v);
+    });
+  }
+  return r;
+}
+
 // A graph's runtime scalars as the zero-dim tensors its trace inputs expect:
 // views into one block (8 bytes each).  On the CPU that is one allocation a
 // run; on another backend the block is filled on the host and copied over
 // whole (two allocations and one copy a run, not one of each per scalar).
-std::vector<Tensor> scalar_tensors(const std::vector<const Operand*>& scalars) {
+std::vector<Tensor> scalar_tensors(const ScalarSlots& slots) {
   std::vector<Tensor> r;
-  if (scalars.empty()) return r;
-  r.reserve(scalars.size());
-  const int64_t n = static_cast<int64_t>(scalars.size());
-  std::shared_ptr<Storage> block = Storage::allocate(8 * scalars.size(), kCPU);
-  for (size_t i = 0; i < scalars.size(); ++i) {
-    const Operand& o = *scalars[i];
-    const int64_t offset = static_cast<int64_t>(8 * i / dtype_size(o.runtime_dtype));
-    Tensor t = make_tensor(block, {}, {}, offset, o.runtime_dtype, kCPU);
-    VOLT_DISPATCH_DTYPE(o.runtime_dtype, [&] { *static_cast<scalar_t*>(t.raw_data()) = static_cast<scalar_t>(o.scalar.value); });
-    r.push_back(std::move(t));
-  }
+  if (slots.bits.empty()) return r;
+  const size_t n = slots.bits.size();
+  r.reserve(n);
+  std::shared_ptr<Storage> block = Storage::allocate(8 * n, kCPU);
+  std::memcpy(block->data, slots.bits.data(), 8 * n);
+  for (size_t i = 0; i < n; ++i)
+    r.push_back(make_tensor(block, {}, {}, static_cast<int64_t>(8 * i / dtype_size(slots.dtypes[i])), slots.dtypes[i],
+                            kCPU));
   const Device to = S().backend;
   if (to.is_cpu()) return r;
   // The 8-byte slots copied as i64 words: bit for bit, whatever each slot holds.
-  const Tensor whole = make_tensor(block, {n}, {1}, 0, DType::i64, kCPU).to(to);
-  for (size_t i = 0; i < scalars.size(); ++i)
+  const Tensor whole = make_tensor(block, {static_cast<int64_t>(n)}, {1}, 0, DType::i64, kCPU).to(to);
+  for (size_t i = 0; i < n; ++i)
     r[i] = make_tensor(whole.impl_ptr()->storage, {}, {}, r[i].impl_ptr()->offset, r[i].dtype(), to);
   return r;
 }
@@ -68,7 +80,7 @@ detail::Input input_of(const LazyValue& v) {
 // asynchronous steps on, a mark_step's graph (or a size-limit cut) goes to the
 // step runner and its roots take their data when read; other graphs (a value
 // is needed now) wait for the runs they read and run here.
-void run_graph(std::vector<ValuePtr> values, Reason why) {
+void run_graph(std::vector<ValuePtr> values, Reason why, const Priors& priors) {
   std::vector<ValuePtr> roots;
   std::unordered_set<const LazyValue*> seen;
   for (ValuePtr& v : values)
@@ -87,7 +99,15 @@ void run_graph(std::vector<ValuePtr> values, Reason why) {
   // its arena as long as the graph is cached.
   const bool planned = s.memory_plan && e->plans && s.backend.is_cpu() &&
                        (why == Reason::MarkStep || why == Reason::SizeLimit);
-  std::vector<int> donate = planned ? dead_leaves(g, *e, why) : std::vector<int>();
+  // On CUDA such a graph is replayed from a captured CUDA graph (replay.cpp).
+  const bool replayed = s.memory_plan && e->replay && !s.backend.is_cpu() &&
+                        (why == Reason::MarkStep || why == Reason::SizeLimit);
+  // Which new value goes where: on the CPU where the plan's kernel reads an old
+  // value of its shape; on CUDA over the value its lazy tensor held before.
+  std::vector<int> donate = planned    ? dead_leaves(g, *e, why)
+                            : replayed ? dead_leaves(g, replaced_leaves(g, priors), why)
+                                       : std::vector<int>();
+  const std::vector<bool> unread = replayed ? unread_leaves(g, why) : std::vector<bool>();
   std::vector<bool> donated_leaf(g.leaves.size(), false);
   for (int l : donate)
     if (l >= 0) donated_leaf[static_cast<size_t>(l)] = true;
@@ -104,17 +124,27 @@ void run_graph(std::vector<ValuePtr> values, Reason why) {
     inputs.push_back(input_of(l));
     if (async && donated_leaf[i]) l.data = Tensor();  // read by nothing after this graph
   }
-  for (Tensor& t : scalar_tensors(g.scalars)) inputs.push_back({std::move(t), nullptr, 0});
+  // A replayed graph copies its scalars' slots into a block of its own.
+  ScalarSlots slots = scalar_slots(g.scalars);
+  if (!replayed)
+    for (Tensor& t : scalar_tensors(slots)) inputs.push_back({std::move(t), nullptr, 0});
   // The job holds its inputs' tensors (and the runs they come from) until it is
   // done, and the compiled entry; nothing of the graph's nodes.
-  detail::Runner::Job job = [e, inputs = std::move(inputs), rng = g.rng, async, planned, donate = std::move(donate),
-                             handles] {
+  detail::Runner::Job job = [e, inputs = std::move(inputs), rng = g.rng, async, planned, replayed,
+                             slots = std::move(slots), donate = std::move(donate), unread, handles] {
     std::vector<Tensor> in;
     in.reserve(inputs.size());
     for (const detail::Input& i : inputs) in.push_back(detail::resolve(i));  // an earlier run's error passes on
     NoGradGuard no_grad;
     AutocastGuard as_recorded(std::nullopt);  // the graph holds its casts
-    auto go = [&] { return planned ? run_planned(*e, in, rng, donate, handles) : jit::interpret(e->traces.back(), in, &rng); };
+    auto go = [&] {
+      if (replayed) {
+        std::vector<Tensor> outs;
+        if (run_replayed(*e, in, slots, rng, donate, unread, handles, outs)) return outs;
+        for (Tensor& t : scalar_tensors(slots)) in.push_back(std::move(t));
+      }
+      return planned ? run_planned(*e, in, rng, donate, handles) : jit::interpret(e->traces.back(), in, &rng);
+    };
     if (!async) return go();
     try {
       return go();
@@ -150,11 +180,15 @@ void run_live(Reason why) {
   State& s = S();
   prune_live();
   std::vector<ValuePtr> values;
+  Priors priors;
   for (const auto& w : s.live)
     if (auto st = w.lock(); st && st->value)
-      if (ValuePtr v = current(*st); v->node) values.push_back(std::move(v));
+      if (ValuePtr v = current(*st); v->node) {
+        if (ValuePtr p = st->prior.lock()) priors.emplace(v.get(), p.get());
+        values.push_back(std::move(v));
+      }
   s.pending_nodes = 0;
-  run_graph(std::move(values), why);
+  run_graph(std::move(values), why, priors);
 }
 
 const Tensor& data_of(const ValuePtr& v, Reason why) {
