@@ -186,17 +186,6 @@ struct volt_args {
 #define VOLT_LOOP(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
        i += (long long)blockDim.x * gridDim.x)
-// erf and exp as the op table names them (tensor/math_functions.inc has the host's).
-#ifndef VOLT_ERF_DEFINED
-#define VOLT_ERF_DEFINED 1
-__device__ inline float volt_erf(float x) { return erff(x); }
-__device__ inline double volt_erf(double x) { return erf(x); }
-#endif
-#ifndef VOLT_EXP_DEFINED
-#define VOLT_EXP_DEFINED 1
-__device__ inline float volt_exp(float x) { return expf(x); }
-__device__ inline double volt_exp(double x) { return exp(x); }
-#endif
 )volt";
 
 }  // namespace
@@ -293,7 +282,8 @@ std::string host_source(const std::vector<const FusedKernel*>& kernels) {
 }
 
 const std::string& cuda_prelude() {
-  static const std::string p = "#define VOLT_MAX_ARGS " + std::to_string(kMaxKernelArgs) + "\n" + kCudaPrelude +
+  static const std::string p = "#define VOLT_MAX_ARGS " + std::to_string(kMaxKernelArgs) + "\n" +
+                               kMathFunctionsSource + "\n" + kCudaPrelude +
                                cuda_row_prelude() + kPhiloxSource + "\n";
   return p;
 }

@@ -219,7 +219,11 @@ std::string cross_entropy_source(DType t, bool backward) {
   VOLT_CHECK(t == DType::f32 || t == DType::f64, "cross_entropy", "expected f32 or f64 logits, got " << dtype_name(t));
   const std::string T = ct(t);
   std::ostringstream os;
-  os << kCrossEntropySource << "\n";
+  // The row functions with the CPU kernel's exp (volt_exp, tensor/math_functions.inc,
+  // in the prelude), so that both devices compute the same losses.
+  os << "#ifndef VOLT_CE_ROWS\n#define VOLT_CE_ROWS\nnamespace volt_ce {\n"
+     << "template <class T> __device__ inline T exp(T x) { return volt_exp(x); }\n"
+     << kCrossEntropySource << "\n}  // namespace volt_ce\nusing namespace volt_ce;\n#endif\n";
   // A bad class index: noted in the error word (kind 1, the value, the class count).
   os << "#ifndef VOLT_CE_TARGET_OK\n"
      << "#define VOLT_CE_TARGET_OK\n"

@@ -16,6 +16,7 @@
 #include <volt/tensor/cuda/libraries.h>
 #include <volt/tensor/cuda/runtime.h>
 #include <volt/half_source.h>
+#include <volt/math_functions_source.h>
 #include <volt/philox_source.h>
 #include <volt/tensor/log.h>
 #include <volt/tensor/private_files.h>
@@ -26,17 +27,6 @@ namespace {
 
 const char* kPrelude = R"volt(// volt CUDA prelude
 #define VOLT_HD __device__
-// erf and exp as the op table names them (tensor/math_functions.inc has the host's).
-#ifndef VOLT_ERF_DEFINED
-#define VOLT_ERF_DEFINED 1
-__device__ inline float volt_erf(float x) { return erff(x); }
-__device__ inline double volt_erf(double x) { return erf(x); }
-#endif
-#ifndef VOLT_EXP_DEFINED
-#define VOLT_EXP_DEFINED 1
-__device__ inline float volt_exp(float x) { return expf(x); }
-__device__ inline double volt_exp(double x) { return exp(x); }
-#endif
 // Eager kernels: element offsets of up to 4 operands (the output first) of an
 // up-to-8-dimensional broadcast, strided iteration.
 struct volt_index {
@@ -155,7 +145,7 @@ std::unordered_map<cudaKernel_t, std::string> g_kernel_names;  // for messages a
 }  // namespace
 
 const std::string& prelude() {
-  static const std::string p = std::string(kPrelude) + kPhiloxSource + "\n" + kHalfSource + "\n";
+  static const std::string p = std::string(kMathFunctionsSource) + "\n" + kPrelude + kPhiloxSource + "\n" + kHalfSource + "\n";
   return p;
 }
 
