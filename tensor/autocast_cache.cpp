@@ -20,7 +20,9 @@ struct Entry {
 };
 
 std::mutex g_mutex;
-std::unordered_map<const TensorImpl*, Entry> g_cache;
+// Never destroyed: its copies' storage goes back to the CPU backend, which may
+// be gone by the time static objects are destroyed at exit.
+std::unordered_map<const TensorImpl*, Entry>& g_cache = *new std::unordered_map<const TensorImpl*, Entry>();
 size_t g_inserts_since_prune = 0;
 
 bool same_param(const Entry& e, const Tensor& t) {
