@@ -40,6 +40,11 @@ fi
 if ! grep -q '^VOLT_UNITY_BUILD:BOOL=ON' build-asan/CMakeCache.txt; then
   cmake build-asan -DVOLT_UNITY_BUILD=ON >/dev/null
 fi
+# The tests' own sources at -O0 (the library stays at -O1): instrumented,
+# they compile in half the time at -O0.
+if ! grep -q '^VOLT_TESTS_OPTIMIZE:STRING=-O0' build-asan/CMakeCache.txt; then
+  cmake build-asan -DVOLT_TESTS_OPTIMIZE=-O0 >/dev/null
+fi
 # Only what the tests run: the examples and the benchmark are left out.
 cmake --build build-asan -j "$(nproc 2>/dev/null || echo 2)" --target volt_tests consumer
 tests=build-asan/volt/tests/volt_tests
