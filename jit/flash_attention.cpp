@@ -48,12 +48,11 @@ std::vector<Tensor> run_backward(const std::vector<Value>& v, const PhiloxState&
                                   params_at(v, kBackwardTensors, rng));
 }
 
-// Where the kernels run: f32, f64, bf16 and f16 on the CPU (the 16-bit types
-// computed in f32 inside the tiles), f32 and f64 on CUDA devices where built.
+// Where the kernels run: f32, f64, bf16 and f16 (the 16-bit types computed in
+// f32 inside the tiles) on the CPU, and on CUDA devices where built.
 // v[0] is q, or the output's gradient (of the same dtype and device) for the backward.
 bool supported(const std::vector<Value>& v) {
   const Tensor& q = v[0].tensor;
-  if (is_half(q.dtype())) return q.device().is_cpu();
   bool device_ok = q.device().is_cpu();
 #ifdef VOLT_WITH_CUDA
   // A CUDA thread holds its rows in registers: head dims up to kMaxAttentionHeadDim.
@@ -62,7 +61,7 @@ bool supported(const std::vector<Value>& v) {
     if (a.is_tensor && a.tensor.defined()) narrow &= a.tensor.sizes().back() <= cuda::kMaxAttentionHeadDim;
   device_ok |= q.device().is_cuda() && narrow;
 #endif
-  return device_ok && (q.dtype() == DType::f32 || q.dtype() == DType::f64);
+  return device_ok && (q.dtype() == DType::f32 || q.dtype() == DType::f64 || is_half(q.dtype()));
 }
 
 std::string bool_repr(size_t index, const Scalar& s, size_t causal_index) {

@@ -160,11 +160,11 @@ DType flash_lse_dtype(DType q) { return is_half(q) ? DType::f32 : q; }
 
 namespace {
 
-// f32 and f64 everywhere; bf16 and f16 on the CPU (computed in f32 there).
+// f32 and f64 everywhere; bf16 and f16 on the CPU and CUDA devices (computed in f32 there).
 void check_flash_dtype(const Tensor& q, const char* op) {
   const DType t = q.dtype();
-  VOLT_CHECK(t == DType::f32 || t == DType::f64 || (is_half(t) && q.device().is_cpu()), op,
-             "runs f32 and f64 (and bf16 and f16 on the CPU), got " << q.meta_str());
+  VOLT_CHECK(t == DType::f32 || t == DType::f64 || (is_half(t) && (q.device().is_cpu() || q.device().is_cuda())),
+             op, "runs f32 and f64 (and bf16 and f16 on the CPU and CUDA devices), got " << q.meta_str());
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 // thread per row.  The forward's blocks stage key and value tiles in shared
 // memory; the backward is two kernels, one per query row (D and dq) and one
 // per key row (dk and dv), so every gradient has one writer and no atomics.
-// No warp shuffles: the kernels also run on tests/cudasim.
+// No warp shuffles: the kernels also run on tests/cudasim.  bf16 and f16
+// operands are loaded into float and the results rounded once when stored
+// (ST is the storage type, T the type of the arithmetic), as on the CPU; lse
+// and D stay in float.
 #include <volt/tensor/cuda/attention.h>
 
 #include <sstream>
@@ -28,11 +31,23 @@ const char* kind_name(AttentionKernel w) {
   return "?";
 }
 
-// What every kernel starts with: the type, head dims and math by dtype (as
+// The C expression that loads a stored element into T, and the one that rounds a T into storage.
+std::string load_expr(DType t) {
+  if (t == DType::bf16) return "volt_bf16_to_f32(x)";
+  if (t == DType::f16) return "volt_f16_to_f32(x)";
+  return "(x)";
+}
+std::string store_expr(DType t) {
+  if (t == DType::bf16) return "volt_f32_to_bf16(x)";
+  if (t == DType::f16) return "volt_f32_to_f16(x)";
+  return "(x)";
+}
+
+// What every kernel starts with: the types, head dims and math by dtype (as
 // macros, undefined again at its end, so that sources can be compiled side by
 // side), and, once, the dropout factor of element counter n (tensor/attention.h).
 std::string common(DType t, int E, int Ev) {
-  const bool f32 = t == DType::f32;
+  const bool f32 = t != DType::f64;  // bf16 and f16 compute in float
   std::ostringstream os;
   os << "#ifndef VOLT_FLASH_KEEP\n#define VOLT_FLASH_KEEP\n";
   for (const char* d : {"f32", "f64"}) {
@@ -45,9 +60,11 @@ std::string common(DType t, int E, int Ev) {
   }
   os << "#endif\n"
      << "#define T " << (f32 ? "float" : "double") << "\n"
+     << "#define ST " << (is_half(t) ? "unsigned short" : f32 ? "float" : "double") << "\n"
+     << "#define LD(x) " << load_expr(t) << "\n#define TO(x) " << store_expr(t) << "\n"
      << "#define E " << E << "\n#define EV " << Ev << "\n#define TILE " << kTile << "\n"
      << "#define VEXP " << (f32 ? "expf" : "exp") << "\n#define VLOG " << (f32 ? "logf" : "log") << "\n"
-     << "#define volt_keep volt_flash_keep_" << dtype_name(t) << "\n"
+     << "#define volt_keep volt_flash_keep_" << (f32 ? "f32" : "f64") << "\n"
      << "// below every finite score: exp(LOWEST - m) is 0, and no infinity is needed\n"
      << "#define LOWEST ((T)" << (f32 ? "-3.0e38" : "-1.0e308") << ")\n";
   return os.str();
@@ -56,13 +73,13 @@ std::string common(DType t, int E, int Ev) {
 // q (BH, L, E), k (BH, S, E), v (BH, S, EV) -> out (BH, L, EV), lse (BH, L).
 // grid (ceil(L / blockDim), BH); every thread of a block loads the tiles.
 const char* kForwardBody = R"cu(
-  __shared__ T ks[TILE * E];
-  __shared__ T vs[TILE * EV];
+  __shared__ ST ks[TILE * E];
+  __shared__ ST vs[TILE * EV];
   const long long bh = blockIdx.y;
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const bool active = i < L;
   T qr[E], acc[EV], s[TILE];
-  for (int e = 0; e < E; ++e) qr[e] = active ? q[(bh * L + i) * E + e] : (T)0;
+  for (int e = 0; e < E; ++e) qr[e] = active ? LD(q[(bh * L + i) * E + e]) : (T)0;
   for (int e = 0; e < EV; ++e) acc[e] = (T)0;
   T m = LOWEST, l = (T)0;
   long long last = ((long long)blockIdx.x + 1) * blockDim.x;  // rows of this block end before it
@@ -81,7 +98,7 @@ const char* kForwardBody = R"cu(
     T mx = m;
     for (int c = 0; c < seen; ++c) {
       T dot = (T)0;
-      for (int e = 0; e < E; ++e) dot += qr[e] * ks[c * E + e];
+      for (int e = 0; e < E; ++e) dot += qr[e] * LD(ks[c * E + e]);
       s[c] = dot * scale;
       if (s[c] > mx) mx = s[c];
     }
@@ -92,14 +109,14 @@ const char* kForwardBody = R"cu(
       const T pc = VEXP(s[c] - mx);
       sum += pc;
       const T w = pc * volt_keep(p, seed, base + (unsigned long long)(j0 + c));
-      for (int e = 0; e < EV; ++e) acc[e] += w * vs[c * EV + e];
+      for (int e = 0; e < EV; ++e) acc[e] += w * LD(vs[c * EV + e]);
     }
     l = l * alpha + sum;
     m = mx;
   }
   if (!active) return;
   const T inv = l > (T)0 ? (T)1 / l : (T)0;
-  for (int e = 0; e < EV; ++e) out[(bh * L + i) * EV + e] = acc[e] * inv;
+  for (int e = 0; e < EV; ++e) out[(bh * L + i) * EV + e] = TO(acc[e] * inv);
   lse[bh * L + i] = m + VLOG(l);
 )cu";
 
@@ -111,28 +128,28 @@ const char* kBackwardQueryBody = R"cu(
   T qr[E], gr[EV], dq[E];
   T D = (T)0;
   for (int e = 0; e < EV; ++e) {
-    gr[e] = g[(bh * L + i) * EV + e];
-    D += gr[e] * out[(bh * L + i) * EV + e];
+    gr[e] = LD(g[(bh * L + i) * EV + e]);
+    D += gr[e] * LD(out[(bh * L + i) * EV + e]);
   }
   Dbuf[bh * L + i] = D;
   for (int e = 0; e < E; ++e) {
-    qr[e] = q[(bh * L + i) * E + e];
+    qr[e] = LD(q[(bh * L + i) * E + e]);
     dq[e] = (T)0;
   }
   const T li = lse[bh * L + i];
   const long long key_end = causal && i + 1 < S ? i + 1 : S;
   const unsigned long long base = offset + (unsigned long long)((bh * L + i) * S);
   for (long long j = 0; j < key_end; ++j) {
-    const T* kj = k + (bh * S + j) * E;
-    const T* vj = v + (bh * S + j) * EV;
+    const ST* kj = k + (bh * S + j) * E;
+    const ST* vj = v + (bh * S + j) * EV;
     T sc = (T)0, dp = (T)0;
-    for (int e = 0; e < E; ++e) sc += qr[e] * kj[e];
-    for (int e = 0; e < EV; ++e) dp += gr[e] * vj[e];
+    for (int e = 0; e < E; ++e) sc += qr[e] * LD(kj[e]);
+    for (int e = 0; e < EV; ++e) dp += gr[e] * LD(vj[e]);
     const T pij = VEXP(sc * scale - li);
     const T ds = pij * (dp * volt_keep(p, seed, base + (unsigned long long)j) - D) * scale;
-    for (int e = 0; e < E; ++e) dq[e] += ds * kj[e];
+    for (int e = 0; e < E; ++e) dq[e] += ds * LD(kj[e]);
   }
-  for (int e = 0; e < E; ++e) dqo[(bh * L + i) * E + e] = dq[e];
+  for (int e = 0; e < E; ++e) dqo[(bh * L + i) * E + e] = TO(dq[e]);
 )cu";
 
 // One thread per key row: dk and dv (reads D from the query kernel).  grid (ceil(S / blockDim), BH).
@@ -142,27 +159,27 @@ const char* kBackwardKeyBody = R"cu(
   if (j >= S) return;
   T kr[E], vr[EV], dk[E], dv[EV];
   for (int e = 0; e < E; ++e) {
-    kr[e] = k[(bh * S + j) * E + e];
+    kr[e] = LD(k[(bh * S + j) * E + e]);
     dk[e] = (T)0;
   }
   for (int e = 0; e < EV; ++e) {
-    vr[e] = v[(bh * S + j) * EV + e];
+    vr[e] = LD(v[(bh * S + j) * EV + e]);
     dv[e] = (T)0;
   }
   for (long long i = causal ? j : 0; i < L; ++i) {
-    const T* qi = q + (bh * L + i) * E;
-    const T* gi = g + (bh * L + i) * EV;
+    const ST* qi = q + (bh * L + i) * E;
+    const ST* gi = g + (bh * L + i) * EV;
     T sc = (T)0, dp = (T)0;
-    for (int e = 0; e < E; ++e) sc += qi[e] * kr[e];
-    for (int e = 0; e < EV; ++e) dp += gi[e] * vr[e];
+    for (int e = 0; e < E; ++e) sc += LD(qi[e]) * kr[e];
+    for (int e = 0; e < EV; ++e) dp += LD(gi[e]) * vr[e];
     const T pij = VEXP(sc * scale - lse[bh * L + i]);
     const T z = volt_keep(p, seed, offset + (unsigned long long)((bh * L + i) * S + j));
     const T ds = pij * (dp * z - Dbuf[bh * L + i]) * scale;
-    for (int e = 0; e < EV; ++e) dv[e] += pij * z * gi[e];
-    for (int e = 0; e < E; ++e) dk[e] += ds * qi[e];
+    for (int e = 0; e < EV; ++e) dv[e] += pij * z * LD(gi[e]);
+    for (int e = 0; e < E; ++e) dk[e] += ds * LD(qi[e]);
   }
-  for (int e = 0; e < E; ++e) dko[(bh * S + j) * E + e] = dk[e];
-  for (int e = 0; e < EV; ++e) dvo[(bh * S + j) * EV + e] = dv[e];
+  for (int e = 0; e < E; ++e) dko[(bh * S + j) * E + e] = TO(dk[e]);
+  for (int e = 0; e < EV; ++e) dvo[(bh * S + j) * EV + e] = TO(dv[e]);
 )cu";
 
 void check_dims(const Tensor& q, const Tensor& v) {
@@ -190,7 +207,8 @@ std::string attention_name(DType t, int E, int Ev, AttentionKernel which) {
 }
 
 std::string attention_source(DType t, int E, int Ev, AttentionKernel which) {
-  VOLT_CHECK(t == DType::f32 || t == DType::f64, "flash_attention", "expected f32 or f64, got " << dtype_name(t));
+  VOLT_CHECK(t == DType::f32 || t == DType::f64 || is_half(t), "flash_attention",
+             "expected f32, f64, bf16 or f16, got " << dtype_name(t));
   std::ostringstream os;
   os << common(t, E, Ev) << "extern \"C\" __global__ void " << attention_name(t, E, Ev, which) << "(";
   const char* scalars = "long long L, long long S, T scale, int causal, double p, unsigned long long seed0, "
@@ -202,18 +220,18 @@ std::string attention_source(DType t, int E, int Ev, AttentionKernel which) {
       "  const unsigned long long offset = (rng_word ? rng_word[1] : 0ull) + offset0;";
   switch (which) {
     case AttentionKernel::Forward:
-      os << "const T* q, const T* k, const T* v, T* out, T* lse, " << scalars << ") {" << rng << kForwardBody;
+      os << "const ST* q, const ST* k, const ST* v, ST* out, T* lse, " << scalars << ") {" << rng << kForwardBody;
       break;
     case AttentionKernel::BackwardQuery:
-      os << "const T* g, const T* q, const T* k, const T* v, const T* out, const T* lse, T* Dbuf, T* dqo, "
+      os << "const ST* g, const ST* q, const ST* k, const ST* v, const ST* out, const T* lse, T* Dbuf, ST* dqo, "
          << scalars << ") {" << rng << kBackwardQueryBody;
       break;
     case AttentionKernel::BackwardKey:
-      os << "const T* g, const T* q, const T* k, const T* v, const T* lse, const T* Dbuf, T* dko, T* dvo, "
+      os << "const ST* g, const ST* q, const ST* k, const ST* v, const T* lse, const T* Dbuf, ST* dko, ST* dvo, "
          << scalars << ") {" << rng << kBackwardKeyBody;
       break;
   }
-  os << "}\n#undef T\n#undef E\n#undef EV\n#undef TILE\n#undef VEXP\n#undef VLOG\n#undef volt_keep\n#undef LOWEST\n";
+  os << "}\n#undef T\n#undef ST\n#undef LD\n#undef TO\n#undef E\n#undef EV\n#undef TILE\n#undef VEXP\n#undef VLOG\n#undef volt_keep\n#undef LOWEST\n";
   return os.str();
 }
 
@@ -231,14 +249,14 @@ struct Scalars {
       : L(q.sizes()[2]), S(k.sizes()[2]), scale_f64(fp.scale), scale_f32(static_cast<float>(fp.scale)),
         causal(fp.causal ? 1 : 0), p(fp.dropout_p), seed(fp.seed), offset(fp.offset),
         word(fp.dropout_p > 0 ? rng_state_word() : nullptr) {}
-  void* scale(DType t) { return t == DType::f32 ? static_cast<void*>(&scale_f32) : static_cast<void*>(&scale_f64); }
+  void* scale(DType t) { return t == DType::f64 ? static_cast<void*>(&scale_f64) : static_cast<void*>(&scale_f32); }
 };
 
 std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FlashParams& fp) {
   check_dims(q, v);
   const Shape& s = q.sizes();
   Tensor out = Tensor::empty({s[0], s[1], s[2], v.sizes()[3]}, q.dtype(), q.device());
-  Tensor lse = Tensor::empty({s[0], s[1], s[2]}, q.dtype(), q.device());
+  Tensor lse = Tensor::empty({s[0], s[1], s[2]}, flash_lse_dtype(q.dtype()), q.device());
   if (out.numel() == 0) return {out, lse};
   Scalars a(q, k, fp);
   void *qp = q.raw_data(), *kp = k.raw_data(), *vp = v.raw_data(), *op = out.raw_data(), *lp = lse.raw_data();
@@ -256,7 +274,7 @@ std::vector<Tensor> flash_attention_backward(const Tensor& grad_out, const Tenso
   Tensor dq = Tensor::empty(q.sizes(), q.dtype(), q.device());
   Tensor dk = Tensor::empty(k.sizes(), k.dtype(), k.device());
   Tensor dv = Tensor::empty(v.sizes(), v.dtype(), v.device());
-  Tensor D = Tensor::empty(lse.sizes(), q.dtype(), q.device());
+  Tensor D = Tensor::empty(lse.sizes(), flash_lse_dtype(q.dtype()), q.device());
   const int64_t bh = q.sizes()[0] * q.sizes()[1];
   if (bh == 0) return {dq, dk, dv};
   Scalars a(q, k, fp);

@@ -24,7 +24,8 @@ constexpr int kMaxAttentionHeadDim = 256;
 std::string attention_name(DType t, int E, int Ev, AttentionKernel which);
 std::string attention_source(DType t, int E, int Ev, AttentionKernel which);
 
-// Contiguous CUDA tensors, f32 or f64 (tensor/attention.h says what they compute).
+// Contiguous CUDA tensors, f32, f64, bf16 or f16 (the 16-bit types computed in
+// float, lse in float; tensor/attention.h says what they compute).
 std::vector<Tensor> flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FlashParams& p);
 std::vector<Tensor> flash_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                              const Tensor& v, const Tensor& out, const Tensor& lse,

@@ -45,6 +45,38 @@ TEST_CASE("cuda: attention: the flash kernels equal the CPU's at T = 1, 7, 127 (
         }
 }
 
+// bf16 and f16 operands are loaded into float and the results rounded once:
+// bit for bit the f32 kernels on the widened values, rounded; lse in f32.
+TEST_CASE("cuda: attention: the flash kernels on bf16 and f16 equal the f32 kernels on the widened values, rounded") {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int64_t T : {1, 7, 40})
+      for (bool causal : {false, true}) {
+        const std::string label = std::string(dtype_name(dt)) + " T=" + std::to_string(T) + (causal ? " causal" : "");
+        manual_seed(T + 11);
+        Tensor q = Tensor::randn({1, 2, T, 5}).to(dt).to(kGPU), k = Tensor::randn({1, 2, T, 5}).to(dt).to(kGPU),
+               v = Tensor::randn({1, 2, T, 6}).to(dt).to(kGPU), g = Tensor::randn({1, 2, T, 6}).to(dt).to(kGPU);
+        auto f32 = [](const Tensor& t) { return t.to(DType::f32); };
+        const FlashParams fp{.causal = causal, .scale = 0.4, .dropout_p = T == 40 ? 0.25 : 0.0, .seed = 5, .offset = 7};
+        auto half_f = flash_attention_forward(q, k, v, fp);
+        auto ref_f = flash_attention_forward(f32(q), f32(k), f32(v), fp);
+        REQUIRE(half_f[0].dtype() == dt);
+        REQUIRE(half_f[1].dtype() == DType::f32);
+        check_close(label + " out", f32(half_f[0]).to(kCPU), f32(ref_f[0].to(dt)).to(kCPU), 0, 0);
+        check_close(label + " lse", half_f[1].to(kCPU), ref_f[1].to(kCPU), 0, 0);
+        auto half_b = flash_attention_backward(g, q, k, v, half_f[0], half_f[1], fp);
+        auto ref_b = flash_attention_backward(f32(g), f32(q), f32(k), f32(v), f32(half_f[0]), half_f[1], fp);
+        for (size_t i = 0; i < 3; ++i) {
+          REQUIRE(half_b[i].dtype() == dt);
+          check_close(label + " grad " + std::to_string(i), f32(half_b[i]).to(kCPU), f32(ref_b[i].to(dt)).to(kCPU), 0, 0);
+        }
+        // And the CPU's 16-bit kernels, the same arithmetic in another order: within a unit of the 16-bit type.
+        auto cpu_f = flash_attention_forward(q.to(kCPU), k.to(kCPU), v.to(kCPU), fp);
+        const double u = dt == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
+        check_close(label + " out against the CPU", f32(half_f[0]).to(kCPU), f32(cpu_f[0]), u, u);
+      }
+}
+
 TEST_CASE("cuda: attention: the jit runs it by flash on the GPU, equal to eager on the CPU") {
   SKIP_WITHOUT_GPU();
   manual_seed(4);

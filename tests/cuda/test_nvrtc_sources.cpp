@@ -177,9 +177,9 @@ TEST_CASE("nvrtc: the bf16 and f16 kernels compile (elementwise with any other d
   }
 }
 
-TEST_CASE("nvrtc: the flash attention kernels compile (forward and both backward kernels, f32 and f64)") {
+TEST_CASE("nvrtc: the flash attention kernels compile (forward and both backward kernels, f32, f64, bf16, f16)") {
   std::vector<std::string> bodies;
-  for (DType t : {DType::f32, DType::f64})
+  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16})
     for (auto [e, ev] : {std::pair<int, int>{1, 1}, {5, 6}, {64, 64}, {128, 32}})
       for (auto w : {cuda::AttentionKernel::Forward, cuda::AttentionKernel::BackwardQuery,
                      cuda::AttentionKernel::BackwardKey})
