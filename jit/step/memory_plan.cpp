@@ -137,7 +137,10 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
         if (s.args[a] == old) reads_old = true;
         else if (root_of(s.args[a]) == old) other_view = true;
       }
-      if (reads_old && !other_view && last[old] == i && m.sizes() == shape && t.inputs[st].sizes() == shape &&
+      // Or one that does not read the old value, which nothing reads from here on
+      // (a weight's low copy, cast from the updated weight: jit/step/low_weights.h).
+      const bool old_done = reads_old ? last[old] == i : !last.count(old) || last[old] < i;
+      if (old_done && !other_view && m.sizes() == shape && t.inputs[st].sizes() == shape &&
           t.inputs[st].dtype() == m.dtype()) {
         s.donate_to[j] = static_cast<int>(st);
         donated_value[s.outs[j]] = true;
