@@ -132,7 +132,8 @@ Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
   VOLT_CHECK(p >= 0 && p <= 1, "linear_relu_dropout", "probability has to be between 0 and 1, got " << p);
   // bf16 autocast: the linear as the chain runs it (a bf16 GEMM on the weights'
   // cached casts), then its ReLU and dropout in one pass.
-  if (bf16_autocast_fusable(x, weight, bias)) return relu_dropout_bf16(volt::linear(x, weight, bias), training ? p : 0.0);
+  if (bf16_autocast_fusable(x, weight, bias))
+    return relu_dropout_bf16(volt::linear(x, weight, bias), training ? p : 0.0);
   if (!fusable(x, weight, bias)) return volt::dropout(volt::relu(volt::linear(x, weight, bias)), p, training);
   const double p_now = training ? p : 0.0;
   Shape shape = x.sizes();

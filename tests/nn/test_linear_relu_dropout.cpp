@@ -251,7 +251,7 @@ TEST_CASE("linear_relu_dropout under eager autocast: the chain's ops in bf16, as
   }
 }
 
-TEST_CASE("linear_relu_dropout under bf16 autocast: ReLU and dropout in one pass over the bf16 product, the chain's bits") {
+TEST_CASE("linear_relu_dropout under bf16 autocast: ReLU and dropout in one pass on the bf16 product, bit for bit") {
   Restore restore;
   struct Case {
     Shape x;
