@@ -9,6 +9,7 @@
 
 #include <volt/autograd/node.h>
 #include <volt/jit/autocast.h>
+#include <volt/jit/cached_cast.h>
 #include <volt/jit/check.h>
 #include <volt/jit/codegen.h>
 #include <volt/jit/events.h>
@@ -164,6 +165,9 @@ std::shared_ptr<JitFunction::Entry> JitFunction::compile(const std::vector<Tenso
   if (low) {  // before the grad pass, which then differentiates the casts
     e->traces.push_back(autocast_pass(e->traces.back(), *e->names, *low));
     e->traces.push_back(dce_cse_pass(e->traces.back()));
+    // A parameter's cast is read from the cast cache: once per value, not per call.
+    Trace cached = cached_casts_pass(e->traces.back(), captured_.size());
+    if (cached.provenance != e->traces.back().provenance) e->traces.push_back(std::move(cached));
   }
   // The rewrites of prims before the grad pass: a fused prim's VJP reads its output.
   run_stage(PassStage::Prims, e->traces, options_.pipeline);

@@ -19,6 +19,10 @@ inline double ms_since(Clock::time_point t0) {
 // Dead-code elimination, then common-subexpression elimination (random draws are never merged).
 Trace dce_cse_pass(const Trace& t);
 
+// The prim a top-level line computes its one output with: the line itself,
+// or an op whose decomposition is that one prim alone (else null).
+const BoundSymbol* sole_prim(const BoundSymbol& b);
+
 // t's bound symbols with those at the keys of `replace` replaced by their new
 // forms and those in `drop` left out; the rest of t (inputs, outputs) as it is.
 Trace with_replaced(const Trace& t, const std::unordered_map<size_t, BoundSymbol>& replace,

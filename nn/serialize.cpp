@@ -308,6 +308,7 @@ LoadResult load(Module& module, const std::string& path, bool strict) {
     if (t.device().is_cpu() && t.has_data() && t.is_contiguous() && t.dtype() == e.dtype) {
       // Straight into the parameter's memory: no temporary, no autograd.
       read_values(f, e, t.raw_data());
+      t.mark_modified();  // a new value: what holds a copy of the old one (autocast's cache) must see it
     } else {
       Tensor dst = t;
       dst.copy_(to_tensor(f, e).to(t.dtype()));

@@ -61,6 +61,10 @@ inline bool autocast_reaches_inside(OpId op) { return op == OpId::scaled_dot_pro
 // gone or clear_autocast_cache().
 bool autocast_caches(const Tensor& t);                  // whether t's casts are cached
 Tensor autocast_cached_cast(const Tensor& t, DType low);  // t's copy in `low`, recorded as a cast
+// The same copy, made current if it is not, as a new handle on its data and
+// without a cast recorded: what the jit's cached_cast (jit/cached_cast.h) and
+// a compiled step's low-precision weights (jit/step/low_weights.h) read.
+Tensor autocast_cached_value(const Tensor& t, DType low);
 // For an optimizer: the copy of `param` the cache holds, if it is up to date
 // with param's value (else undefined).  Whoever writes param and, from the
 // same new values, this copy calls autocast_copy_rewritten(param) after both

@@ -54,11 +54,10 @@ bool autocast_caches(const Tensor& t) {
          t.dtype() == DType::f32 && t.device().is_cpu();
 }
 
-Tensor autocast_cached_cast(const Tensor& t, DType low) {
+Tensor autocast_cached_value(const Tensor& t, DType low) {
   Attrs at;
   at.dtype = low;
   OpCall call{OpId::convert_element_type, {t}, at};
-  Tensor out;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     prune_locked();  // before `e` is taken: it may erase entries
@@ -85,9 +84,15 @@ Tensor autocast_cached_cast(const Tensor& t, DType low) {
       e.offset = t.impl()->offset;
       e.version = t.version();
     }
-    out = alias(e.copy);
+    return alias(e.copy);
   }
-  std::vector<Tensor> outs{out};
+}
+
+Tensor autocast_cached_cast(const Tensor& t, DType low) {
+  Attrs at;
+  at.dtype = low;
+  OpCall call{OpId::convert_element_type, {t}, at};
+  std::vector<Tensor> outs{autocast_cached_value(t, low)};
   record_for_grad(call, outs);  // the gradient of a cast is a cast back, as when it runs
   return outs[0];
 }

@@ -10,18 +10,6 @@ namespace volt::jit {
 
 namespace {
 
-// The prim a top-level line computes its one output with: the line itself,
-// or an op whose decomposition is that one prim alone.
-const BoundSymbol* sole_prim(const BoundSymbol& b) {
-  if (b.is_fusion() || b.outputs.size() != 1 || b.executor) return nullptr;
-  if (b.subsymbols.empty()) return &b;
-  const BoundSymbol& s = b.subsymbols[0];
-  if (b.subsymbols.size() != 1 || s.outputs.size() != 1 || id_of(s.outputs[0]) != id_of(b.outputs[0]) ||
-      !s.subsymbols.empty())
-    return nullptr;
-  return &s;
-}
-
 // A matmul of two bf16 CPU matrices, rounding its result to bf16.
 const BoundSymbol* bf16_matmul(const BoundSymbol& b) {
   const BoundSymbol* p = sole_prim(b);

@@ -114,8 +114,8 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
     if (s.kind == Impl::Kind::View) root[s.outs[0]] = root.count(s.args[0]) ? root[s.args[0]] : s.args[0];
   auto root_of = [&](int64_t id) { return root.count(id) ? root[id] : id; };
 
-  // Donation: a fused kernel writing a state's new value while reading the
-  // old one at the same element for the last time writes into the state.
+  // Donation: a fused kernel writing a state's new value, reading the old one at the same
+  // element for the last time (or not at all, after its last reader), writes into the state.
   std::unordered_map<int64_t, size_t> state_of_new;  // new value id -> state index
   for (size_t k = 0; k < updated_state.size(); ++k) state_of_new[P.outputs[num_outputs + k]] = updated_state[k];
   std::unordered_map<int64_t, int> output_uses;
@@ -137,8 +137,8 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
         if (s.args[a] == old) reads_old = true;
         else if (root_of(s.args[a]) == old) other_view = true;
       }
-      if (reads_old && !other_view && last[old] == i && m.sizes() == shape && t.inputs[st].sizes() == shape &&
-          t.inputs[st].dtype() == m.dtype()) {
+      if ((reads_old ? last[old] == i : !last.count(old) || last[old] < i) && !other_view && m.sizes() == shape &&
+          t.inputs[st].sizes() == shape && t.inputs[st].dtype() == m.dtype()) {
         s.donate_to[j] = static_cast<int>(st);
         donated_value[s.outs[j]] = true;
         ++P.donated;

@@ -8,9 +8,10 @@
 // range of the arena; two values share bytes only when their lifetimes (from
 // the step that makes a value to the last step reading it or any view of it)
 // do not overlap.  A state tensor's new value made by a fused kernel that
-// reads the old value at the same element, for the last time, is written
-// into the state's own memory (donation); any other new value is copied back
-// at the end.  Views are taken afresh each run (no data), and a fused
+// reads the old value at the same element, for the last time, or that does
+// not read it at all once nothing reads it any more, is written into the
+// state's own memory (donation); any other new value is copied back at the
+// end.  Views are taken afresh each run (no data), and a fused
 // kernel's input that is not contiguous is first copied into its own range.
 // So a run allocates no tensor memory (Storage::allocation_count stays the
 // same), except for ops the plan cannot place (user operators), which run as

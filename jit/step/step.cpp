@@ -10,6 +10,7 @@
 #include <volt/jit/events.h>
 #include <volt/jit/pipeline.h>
 #include <volt/jit/rewrites/gemm_epilogue.h>
+#include <volt/jit/step/low_weights.h>
 #include <volt/jit/step/memory_plan.h>
 #include <volt/jit/passes.h>
 #include <volt/jit/step/step_trace.h>
@@ -41,6 +42,10 @@ struct CompiledStep::Entry {
   double compile_ms = 0;
   std::unique_ptr<MemoryPlan> plan;
   std::vector<Tensor> constants;  // passed after the arguments
+  // State indices of the parameters whose low-precision copies are inputs
+  // right after the state (jit/step/low_weights.h), and their type.
+  std::vector<size_t> low_params;
+  DType low = DType::bf16;
   int64_t runs = 0;
   bool graphed = false;  // the last run replayed `graph`
 #ifdef VOLT_WITH_CUDA
@@ -182,6 +187,24 @@ std::shared_ptr<CompiledStep::Entry> CompiledStep::compile(const std::vector<Ten
   e->traces.push_back(std::move(tr.trace));
   e->traces.push_back(forward_copies_pass(e->traces.back()));
   e->traces.push_back(dce_cse_pass(e->traces.back()));
+  bool on_cpu = true;
+  for (const Tensor& t : state_) on_cpu = on_cpu && t.device().is_cpu();
+  if (low && on_cpu) {
+    // Each weight's low copy is state, written by the update: no cast in the forward.
+    std::vector<bool> cached;
+    for (const Tensor& t : state_) cached.push_back(autocast_caches(t) && t.is_contiguous());
+    LowWeights lw = low_weights_pass(e->traces.back(), *e->names, state_.size(), e->num_outputs, e->updated_state,
+                                     cached);
+    if (!lw.params.empty()) {
+      e->low_params = std::move(lw.params);
+      e->low = *low;
+      const size_t first_new = e->num_outputs + e->updated_state.size() - e->low_params.size();
+      for (size_t j = 0; j < e->low_params.size(); ++j)
+        e->section_of[id_of(lw.trace.outputs[first_new + j])] = StepSection::Optimizer;
+      e->traces.push_back(std::move(lw.trace));
+    }
+  }
+  const size_t num_state = state_.size() + e->low_params.size();
   // The jit's pipeline, with the step's collectives and, on the CPU, its arena.
   PipelineOptions pipeline = options_.jit.pipeline;
   pipeline.with.push_back("Place collectives");
@@ -192,7 +215,7 @@ std::shared_ptr<CompiledStep::Entry> CompiledStep::compile(const std::vector<Ten
   for (const Tensor& t : args) plannable = plannable && t.device().is_cpu();
   if (plannable)
     pipeline.plan = [&](Trace& t) {
-      e->plan = std::make_unique<MemoryPlan>(t, state_.size(), e->num_outputs, e->updated_state);
+      e->plan = std::make_unique<MemoryPlan>(t, num_state, e->num_outputs, e->updated_state);
     };
   compile_pipeline(e->traces, *e->names, executors_, pipeline);
   for (const Trace& t : e->traces) e->compile_ms += t.millis;
@@ -284,6 +307,8 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
   ++e.runs;
   std::vector<Tensor>& inputs = inputs_;
   inputs.assign(state_.begin(), state_.end());
+  // The weights' low copies, current with the weights (cast again where a weight was written since).
+  for (size_t i : e.low_params) inputs.push_back(autocast_cached_value(state_[i], e.low));
   inputs.insert(inputs.end(), args.begin(), args.end());
   inputs.insert(inputs.end(), e.constants.begin(), e.constants.end());
   std::vector<Tensor> outs;
@@ -292,8 +317,10 @@ std::vector<Tensor> CompiledStep::operator()(const std::vector<Tensor>& args) {
   } else {
     NoGradGuard no_grad;
     outs = interpret(e.traces.back(), inputs);
-    for (size_t k = 0; k < e.updated_state.size(); ++k) state_[e.updated_state[k]].copy_(outs[e.num_outputs + k]);
+    for (size_t k = 0; k < e.updated_state.size(); ++k) inputs[e.updated_state[k]].copy_(outs[e.num_outputs + k]);
   }
+  // The copies hold the cast of the updated weights.
+  for (size_t i : e.low_params) autocast_copy_rewritten(state_[i]);
   inputs.clear();  // the arguments are not held past the call
   for (size_t k = 0; k < e.grad_of.size(); ++k)
     state_[e.grad_of[k]].set_grad(outs[e.num_outputs + e.updated_state.size() + k].clone());

@@ -109,6 +109,12 @@ void cpu_linear_relu_dropout(const Tensor& x, const Tensor& w, const Tensor* bia
 // Its gradient before the GEMMs: out = g / (1 - p) where y > 0, else 0 (g where
 // y > 0 when p = 0) -- y > 0 exactly where an element was kept and its input
 // to the ReLU positive, so the chain's dropout and relu gradients, bit for bit.
-// y (its output), g and out contiguous, of one size and dtype (f32 or f64).
+// y (its output), g and out contiguous, of one size and dtype (f32, f64 or
+// bf16: g / (1 - p) computed in f32 and rounded once).
 void cpu_relu_dropout_backward(const Tensor& y, const Tensor& g, double p, Tensor& out);
+// dropout(relu(z), p) of a bf16 z as the eager chain gives it (each op on f32
+// copies, rounded once): out = bf16((relu(z) * m) * (1 / (1 - p))), m the keep
+// mask of the Philox draw at `rng` in f32, element by element; one pass, no
+// copies.  z and out contiguous bf16 of one size.
+void cpu_relu_dropout_bf16(const Tensor& z, double p, PhiloxState rng, Tensor& out);
 }  // namespace volt

@@ -11,6 +11,7 @@
 
 #include <volt/tensor/cpu/gemm.h>
 #include <volt/tensor/cpu/threads.h>
+#include <volt/tensor/half.h>
 #include <volt/tensor/random.h>
 #include <volt/tensor/tensor.h>
 // The Philox text (as random.cpp and the CPU backend compile it), inlined so
@@ -96,18 +97,74 @@ void relu_dropout_backward_typed(const Tensor& y, const Tensor& g, double p, Ten
   });
 }
 
+// relu then dropout of a bf16 z, as the chain computes them on bf16 (each
+// widened to f32 and rounded once): bf16((relu(z) * m) * scale), m element
+// e's keep of draw e in f32, as dropout_block draws.  z, out: (n), contiguous.
+void relu_dropout_bf16_typed(const Tensor& z, double p, PhiloxState rng, Tensor& out) {
+  const uint16_t* zp = static_cast<const uint16_t*>(z.raw_data());
+  uint16_t* o = static_cast<uint16_t*>(out.raw_data());
+  const double keep_d = 1.0 - p;
+  const float keep = float(keep_d), scale = float(keep_d > 0 ? 1.0 / keep_d : 0.0);
+  const bool drops = p > 0;
+  cpu::parallel_for(z.numel(), int64_t(1) << 14, [&](int64_t b, int64_t e) {
+    constexpr int64_t kChunk = 64;
+    float u[kChunk];
+    for (int64_t i0 = b; i0 < e; i0 += kChunk) {
+      const int64_t len = std::min(kChunk, e - i0);
+      if (drops) {
+#pragma omp simd
+        for (int64_t q = 0; q < len; ++q)
+          u[q] = volt_uniform_range_f32(rng.seed, rng.offset, uint64_t(i0 + q), 0.0f, 1.0f);
+      }
+      for (int64_t q = 0; q < len; ++q) {
+        const float v = volt_bf16_to_f32(zp[i0 + q]);
+        float r = v <= 0.0f ? 0.0f : v;  // where(z <= 0, 0, z): a NaN stays NaN
+        if (drops) r = (r * (u[q] < keep ? 1.0f : 0.0f)) * scale;
+        o[i0 + q] = volt_f32_to_bf16(r);
+      }
+    }
+  });
+}
+
+// Its gradient on bf16: bf16(g * scale) where y > 0 (g where p = 0), else 0.
+void relu_dropout_backward_bf16(const Tensor& y, const Tensor& g, double p, Tensor& out) {
+  const uint16_t* yp = static_cast<const uint16_t*>(y.raw_data());
+  const uint16_t* gp = static_cast<const uint16_t*>(g.raw_data());
+  uint16_t* o = static_cast<uint16_t*>(out.raw_data());
+  const float scale = float(p < 1 ? 1.0 / (1.0 - p) : 0.0);
+  const bool scaled = p > 0;
+  cpu::parallel_for(y.numel(), int64_t(1) << 15, [&](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) {
+      const bool on = volt_bf16_to_f32(yp[i]) > 0.0f;
+      o[i] = !on ? uint16_t(0) : scaled ? volt_f32_to_bf16(volt_bf16_to_f32(gp[i]) * scale) : gp[i];
+    }
+  });
+}
+
 }  // namespace
+
+void cpu_relu_dropout_bf16(const Tensor& z, double p, PhiloxState rng, Tensor& out) {
+  const char* op = "relu_dropout";
+  VOLT_CHECK(z.dtype() == DType::bf16 && out.dtype() == DType::bf16 && z.is_contiguous() && out.is_contiguous() &&
+                 z.numel() == out.numel(),
+             op, "expects contiguous bf16 input and output of one size, got " << z.meta_str() << " and "
+                                                                              << out.meta_str());
+  VOLT_CHECK(p >= 0 && p <= 1, op, "expects a dropout probability in [0, 1], got " << p);
+  relu_dropout_bf16_typed(z, p, rng, out);
+}
 
 void cpu_relu_dropout_backward(const Tensor& y, const Tensor& g, double p, Tensor& out) {
   const char* op = "relu_dropout_backward";
-  VOLT_CHECK((y.dtype() == DType::f32 || y.dtype() == DType::f64) && g.dtype() == y.dtype() &&
-                 out.dtype() == y.dtype(),
-             op, "expects f32 or f64 output, gradient and result of one dtype");
+  VOLT_CHECK((y.dtype() == DType::f32 || y.dtype() == DType::f64 || y.dtype() == DType::bf16) &&
+                 g.dtype() == y.dtype() && out.dtype() == y.dtype(),
+             op, "expects f32, f64 or bf16 output, gradient and result of one dtype");
   VOLT_CHECK(y.is_contiguous() && g.is_contiguous() && out.is_contiguous() && g.numel() == y.numel() &&
                  out.numel() == y.numel(),
              op, "expects contiguous tensors of one size");
   VOLT_CHECK(p >= 0 && p <= 1, op, "expects a dropout probability in [0, 1], got " << p);
   if (y.dtype() == DType::f64) relu_dropout_backward_typed<double>(y, g, p, out);
+  else if (y.dtype() == DType::bf16) relu_dropout_backward_bf16(y, g, p, out);
   else relu_dropout_backward_typed<float>(y, g, p, out);
 }
 

@@ -1,6 +1,7 @@
 // Mixed precision's handling of f32 master weights: the autocast cast cache
 // (tensor/autocast.h), Adam writing the bf16 copy in its pass (nn/optim.h),
-// and weight gradients taken from the bf16 GEMM's f32 sums, eagerly
+// the module jit's cached_cast (jit/cached_cast.h), a compiled step's copies
+// as state (jit/step/low_weights.h), and weight gradients taken from the bf16 GEMM's f32 sums, eagerly
 // (autograd/engine.cpp) and by the jit's rewrite (jit/rewrites/wide_matmul.h).
 // References: f64 loops on the bf16-rounded operands, and the plain cast.
 #include <doctest/doctest.h>
@@ -12,6 +13,10 @@
 
 #include <volt/jit/autocast.h>
 #include <volt/jit/jit.h>
+#include <volt/jit/step/step.h>
+#include <volt/nn/linear.h>
+#include <volt/nn/loss.h>
+#include <volt/nn/serialize.h>
 #include <volt/nn/mlp.h>
 #include <volt/nn/optim.h>
 #include <volt/nn/functional.h>
@@ -238,5 +243,168 @@ TEST_CASE("Adam writes the bf16 copy in its pass: the cast of the new weights, b
   const std::vector<Tensor> with = train(true), without = train(false);
   REQUIRE(with.size() == without.size());
   for (size_t i = 0; i < with.size(); ++i) CHECK(same_bits(with[i], without[i]));
+  clear_autocast_cache();
+}
+
+namespace {
+
+// The ways a weight changes outside the training step, each to be seen by the
+// next call: an in-place op, a write through data_ptr announced with
+// mark_modified(), and a checkpoint loaded from a file.
+void write_weight(int how, nn::Linear& lin, Tensor w) {
+  if (how == 0) {
+    NoGradGuard no_grad;
+    w.mul_(-2.0);
+  } else if (how == 1) {
+    float* d = w.data_ptr<float>();
+    for (int64_t i = 0; i < w.numel(); i += 3) d[i] = 0.5f;
+    w.mark_modified();
+  } else {
+    nn::Linear other(w.size(1), w.size(0));
+    const std::string path = "/tmp/volt_test_autocast_weights_" + std::to_string(how) + ".safetensors";
+    nn::save(other, path);
+    nn::load(lin, path);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("jit: a parameter's bf16 cast comes from the cast cache, once per value; writes are seen by the next call") {
+  for (int how = 0; how < 3; ++how) {
+    CAPTURE(how);
+    clear_autocast_cache();
+    manual_seed(31);
+    const int64_t m = 8, k = 64, n = 16;
+    auto lin = std::make_shared<nn::Linear>(k, n);
+    const Tensor w = lin->weight(), b = lin->bias();
+    const Tensor x = Tensor::randn({m, k});
+    auto f = jit::autocast(jit::jit(lin), kBF16);
+    // y = bf16(x) bf16(w)^T + bf16(b), the sums in f64.
+    auto want = [&] {
+      std::vector<double> y = linear_f64(bf16_values(x), bf16_values(w.detach()), m, k, n);
+      const std::vector<double> bb = bf16_values(b.detach());
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) y[i * n + j] += bb[j];
+      return y;
+    };
+    Tensor y1;
+    {
+      NoGradGuard no_grad;
+      y1 = f({x})[0];
+    }
+    CHECK(y1.dtype() == DType::bf16);
+    CHECK(worst(y1, want()) < 1.0 / 64);
+    bool cached = false;
+    for (const jit::Trace& t : jit::last_traces(f))
+      cached |= t.provenance == "Cached parameter casts" &&
+                t.str().find("cached_cast(_weight, dtype=bf16)") != std::string::npos;
+    CHECK(cached);
+    // The call left the weight's copy in the cache; a second call casts nothing.
+    const Tensor c = autocast_cached_copy(w);
+    REQUIRE(c.defined());
+    CHECK(same_bits(c, convert_element_type(w.detach(), kBF16)));
+    const uint64_t v = c.version();
+    {
+      NoGradGuard no_grad;
+      f({x});
+    }
+    CHECK(autocast_cached_copy(w).raw_data() == c.raw_data());
+    CHECK(autocast_cached_copy(w).version() == v);
+
+    write_weight(how, *lin, w);
+    Tensor y2;
+    {
+      NoGradGuard no_grad;
+      y2 = f({x})[0];
+    }
+    CHECK(worst(y2, want()) < 1.0 / 64);
+    CHECK(worst(y2, y1.to_vector<double>()) > 0.1);  // not the old weights' result
+  }
+  clear_autocast_cache();
+}
+
+TEST_CASE("jit: with cached casts, training under bf16 gives f32 gradients and Adam's copies are read, not cast") {
+  clear_autocast_cache();
+  manual_seed(32);
+  const int64_t m = 8, k = 48, n = 12;
+  auto lin = std::make_shared<nn::Linear>(k, n);
+  const Tensor w = lin->weight();
+  nn::Adam opt(lin->parameters(), {.lr = 1e-2});
+  auto f = jit::autocast(jit::jit(lin), kBF16);
+  const Tensor x = Tensor::randn({m, k});
+  for (int step = 0; step < 3; ++step) {
+    Tensor loss = sum(convert_element_type(f({x})[0], DType::f32));
+    opt.zero_grad();
+    loss.backward();
+    // d sum(y) / dw[j, l] = sum_i bf16(x)[i, l]
+    std::vector<double> dw(n * k, 0.0);
+    const std::vector<double> xr = bf16_values(x);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t l = 0; l < k; ++l)
+        for (int64_t i = 0; i < m; ++i) dw[j * k + l] += xr[i * k + l];
+    REQUIRE(w.grad().defined());
+    CHECK(w.grad().dtype() == DType::f32);
+    CHECK(worst(w.grad(), dw) < 1e-6);
+    opt.step();
+    // Adam wrote the copy with the weight; the next call reads it as it is.
+    const Tensor c = autocast_cached_copy(w);
+    REQUIRE(c.defined());
+    CHECK(same_bits(c, convert_element_type(w.detach(), kBF16)));
+    const uint64_t v = c.version();
+    {
+      NoGradGuard no_grad;
+      f({x});
+    }
+    CHECK(autocast_cached_copy(w).version() == v);
+  }
+  clear_autocast_cache();
+}
+
+TEST_CASE("compile_step under bf16: each weight's copy is state written by the update; writes are seen next step") {
+  for (int how = 0; how < 3; ++how) {
+    CAPTURE(how);
+    clear_autocast_cache();
+    manual_seed(33);
+    auto lin = std::make_shared<nn::Linear>(40, 10);
+    const Tensor w = lin->weight();
+    nn::Adam opt(lin->parameters(), {.lr = 1e-2});
+    nn::CrossEntropyLoss loss_fn;
+    auto body = [&](const Tensor& x, const Tensor& y) {
+      Tensor loss = loss_fn((*lin)(x), y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    auto step = jit::compile_step(body, {.state = {*lin, opt}, .autocast = kBF16});
+    manual_seed(34);
+    const Tensor x = Tensor::randn({8, 40}), y = Tensor::randint(0, 10, {8});
+    // The loss the forward gives with the weights as they are now: eager autocast
+    // on detached weights, cast afresh (the cache keeps the casts of parameters only).
+    auto eager_loss = [&] {
+      NoGradGuard no_grad;
+      AutocastGuard amp(kBF16);
+      return loss_fn(linear(x, lin->weight().detach(), lin->bias().detach()), y).item_double();
+    };
+    for (int i = 0; i < 3; ++i) {
+      const double want = eager_loss();
+      CHECK(step(x, y).item_double() == doctest::Approx(want).epsilon(1e-3));
+      // The update wrote the weight and its copy: the copy is the weight's cast, bit for bit.
+      const Tensor c = autocast_cached_copy(w);
+      REQUIRE(c.defined());
+      CHECK(same_bits(c, convert_element_type(w.detach(), kBF16)));
+    }
+    bool lifted = false;
+    for (const jit::Trace& t : step.last_traces())
+      lifted |= t.provenance == "Low-precision weights" && t.str().find("_weight_bf16") != std::string::npos;
+    CHECK(lifted);
+    const std::string last = step.last_traces().back().str();
+    CHECK(last.find("convert_element_type(_weight, bf16)") == std::string::npos);  // no cast in the forward
+
+    write_weight(how, *lin, w);
+    const double want = eager_loss();
+    CHECK(step(x, y).item_double() == doctest::Approx(want).epsilon(1e-3));
+    CHECK(same_bits(autocast_cached_copy(w), convert_element_type(w.detach(), kBF16)));
+  }
   clear_autocast_cache();
 }

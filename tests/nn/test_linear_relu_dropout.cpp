@@ -251,6 +251,67 @@ TEST_CASE("linear_relu_dropout under eager autocast: the chain's ops in bf16, as
   }
 }
 
+TEST_CASE("linear_relu_dropout under bf16 autocast: ReLU and dropout in one pass on the bf16 product, bit for bit") {
+  Restore restore;
+  struct Case {
+    Shape x;
+    int64_t out;
+    bool bias;
+  };
+  const std::vector<Case> cases = {{{8, 784}, 784, true}, {{70, 450}, 45, true}, {{2, 5, 17}, 9, false}};
+  auto f32 = [](const Tensor& t) { return t.defined() ? t.to(DType::f32) : t; };  // bf16 widens exactly
+  for (const Case& cs : cases) {
+    Shape ys = cs.x;
+    ys.back() = cs.out;
+    const Tensor x = sample(cs.x, DType::f32, 61), w = sample({cs.out, cs.x.back()}, DType::f32, 62);
+    const Tensor b = cs.bias ? sample({cs.out}, DType::f32, 63) : Tensor(), r = sample(ys, DType::f32, 64);
+    for (double p : {0.0, 0.1, 0.5, 1.0})
+      for (bool training : {true, false})
+        for (int threads : {1, 3}) {
+          if (!training && p != 0.5) continue;
+          INFO(shape_str(cs.x) << " -> " << cs.out << " p=" << p << " training=" << training << " threads=" << threads);
+          cpu::set_num_threads(threads);
+          Run fused, chain;
+          {
+            AutocastGuard amp(DType::bf16);
+            fused = run(true, x, w, b, r, p, training);
+            chain = run(false, x, w, b, r, p, training);
+          }
+          REQUIRE(fused.y.dtype() == DType::bf16);
+          CHECK(fused.after.offset == chain.after.offset);
+          CHECK(bits_differ(f32(fused.y), f32(chain.y)) == 0);
+          CHECK(bits_differ(fused.gx, chain.gx) == 0);
+          CHECK(bits_differ(fused.gw, chain.gw) == 0);
+          if (cs.bias) CHECK(bits_differ(fused.gb, chain.gb) == 0);
+        }
+  }
+  // The one pass is what ran (its node), not the chain.
+  Tensor xg = sample({4, 6}, DType::f32, 65).requires_grad_();
+  AutocastGuard amp(DType::bf16);
+  const Tensor y = F::linear_relu_dropout(xg, sample({3, 6}, DType::f32, 66), Tensor(), 0.3, true);
+  REQUIRE(y.impl()->grad_fn != nullptr);
+  CHECK(y.impl()->grad_fn->name() == "relu_dropout_backward");
+}
+
+TEST_CASE("cpu_relu_dropout_bf16: relu then dropout on bf16 values, rounded once; bad operands named") {
+  // p = 0: relu alone, exact on bf16 values (a NaN stays NaN).
+  const Tensor z = Tensor::from_vector(std::vector<float>{-1.5f, 2.0f, 0.0f, 3.25f}, {4}).to(DType::bf16);
+  Tensor out = Tensor::empty({4}, DType::bf16);
+  cpu_relu_dropout_bf16(z, 0.0, PhiloxState{}, out);
+  CHECK(out.to(DType::f32).to_vector<float>() == std::vector<float>{0.0f, 2.0f, 0.0f, 3.25f});
+  // p = 0.5 with the draws of the chain: each kept element doubled, the rest 0.
+  set_rng_state({5, 0});
+  const Tensor u = Tensor::rand({4});  // the draws the chain compares with 1 - p
+  cpu_relu_dropout_bf16(z, 0.5, PhiloxState{5, 0}, out);
+  const std::vector<float> uv = u.to_vector<float>(), got = out.to(DType::f32).to_vector<float>();
+  const std::vector<float> relu_z{0.0f, 2.0f, 0.0f, 3.25f};
+  for (size_t i = 0; i < 4; ++i) CHECK(got[i] == (uv[i] < 0.5f ? relu_z[i] * 2.0f : 0.0f));
+  Tensor small = Tensor::empty({3}, DType::bf16);
+  CHECK_THROWS_WITH_AS(cpu_relu_dropout_bf16(z, 0.5, PhiloxState{}, small), doctest::Contains("relu_dropout"), Error);
+  CHECK_THROWS_WITH_AS(cpu_relu_dropout_bf16(z.to(DType::f32), 0.5, PhiloxState{}, out),
+                       doctest::Contains("relu_dropout"), Error);
+}
+
 TEST_CASE("cpu_relu_dropout_backward: the gradient where the output is positive, scaled; bad operands named") {
   const Tensor y = Tensor::from_vector(std::vector<float>{0.0f, 2.0f, -0.0f, 3.0f}, {4});
   const Tensor g = Tensor::from_vector(std::vector<float>{5.0f, 7.0f, 11.0f, -13.0f}, {4});
