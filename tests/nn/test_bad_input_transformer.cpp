@@ -301,3 +301,22 @@ TEST_CASE("bad input: split, chunk, narrow, pad, size, stride and transpose of a
   CHECK(t.dim() == 0);
   CHECK(t.item<float>() == 2.0f);
 }
+
+TEST_CASE("bad input: layer_norm and causal attention of empty inputs run in compile_step as eagerly (no kernel error)") {
+  // compile_step's fused kernels refused an empty input whose strides were not the contiguous ones.
+  const Fn norm = [](const std::vector<Tensor>& a) { return layer_norm(a[0], {0}); };
+  const Fn attend = [](const std::vector<Tensor>& a) {
+    return scaled_dot_product_attention(a[0], a[1], a[1], {.causal = true});
+  };
+  // As the step's inputs (not its parameters), as errors_in_modes passes them.
+  for (const auto& [mode, message] : errors_in_modes(norm, {Tensor::ones({2, 0})})) {
+    INFO(mode);
+    CHECK(message == "");
+  }
+  for (const auto& [mode, message] : errors_in_modes(attend, {Tensor::randn({1, 2, 0, 8}), Tensor::randn({1, 2, 6, 8})})) {
+    INFO(mode);
+    CHECK(message == "");
+  }
+  check_modes(norm, {Tensor::ones({2, 0})});
+  check_modes(attend, {Tensor::randn({1, 2, 0, 8}), Tensor::randn({1, 2, 6, 8})});
+}
