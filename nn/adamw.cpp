@@ -53,9 +53,11 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions defaults)
     g.end = at += pg.params.size();
     g.lr = pg.lr.value_or(defaults.lr);
     g.weight_decay = pg.weight_decay.value_or(defaults.weight_decay);
-    VOLT_CHECK(g.lr >= 0, "AdamW", "lr must be >= 0, got " << g.lr << " for group " << groups_.size());
-    VOLT_CHECK(g.weight_decay >= 0, "AdamW",
-               "weight_decay must be >= 0, got " << g.weight_decay << " for group " << groups_.size());
+    // Finite too: an infinite rate or decay would turn every weight into NaN.
+    VOLT_CHECK(std::isfinite(g.lr) && g.lr >= 0, "AdamW",
+               "lr must be >= 0 and finite, got " << g.lr << " for group " << groups_.size());
+    VOLT_CHECK(std::isfinite(g.weight_decay) && g.weight_decay >= 0, "AdamW",
+               "weight_decay must be >= 0 and finite, got " << g.weight_decay << " for group " << groups_.size());
     groups_.push_back(g);
   }
 }

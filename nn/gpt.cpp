@@ -156,6 +156,11 @@ int64_t sample_row(std::vector<double> logits, int64_t top_k, std::mt19937_64& r
     for (double& l : logits)
       if (l < kth) l = -std::numeric_limits<double>::infinity();
   }
+  // A NaN or +Inf logit (a diverged model, or a temperature so small that the
+  // division overflows) would make every weight NaN and pick a token silently.
+  for (int64_t i = 0; i < v; ++i)
+    VOLT_CHECK(!std::isnan(logits[i]) && logits[i] != std::numeric_limits<double>::infinity(), "GPT::generate",
+               "the logits divided by the temperature must be finite or -inf, got " << logits[i] << " for token " << i);
   const double top = *std::max_element(logits.begin(), logits.end());
   std::vector<double> cumulative(v);
   double total = 0;

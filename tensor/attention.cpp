@@ -36,6 +36,8 @@ void check_attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, c
   VOLT_CHECK(vs[2] == ks[2], op,
              "value has " << vs[2] << " positions but the key has " << ks[2] << " (key " << shape_str(ks)
                           << ", value " << shape_str(vs) << ")");
+  // Each query's softmax runs over the keys: none leaves it undefined.
+  VOLT_CHECK(ks[2] > 0 || qs[2] == 0, op, "expected at least one key position, got key " << shape_str(ks));
 }
 
 namespace {
@@ -43,6 +45,8 @@ namespace {
 Attrs attention_attrs(const Tensor& q, const AttentionOptions& options, const char* op) {
   const double p = options.dropout_p;
   VOLT_CHECK(p >= 0 && p <= 1, op, "dropout_p has to be between 0 and 1, got " << p);
+  VOLT_CHECK(options.scale || q.sizes()[3] > 0, op,
+             "head_dim 0 has no default scale 1/sqrt(head_dim); got query " << shape_str(q.sizes()));
   const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.sizes()[3])));
   VOLT_CHECK(std::isfinite(scale), op, "scale must be finite, got " << scale);
   Attrs at;

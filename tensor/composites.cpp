@@ -31,6 +31,11 @@ void check_logits(const Tensor& logits, const Tensor& target, const char* op) {
   VOLT_CHECK(is_floating(logits.dtype()), op, "expected f32 or f64 logits, got " << dtype_name(logits.dtype()));
 }
 
+// Targets compared with class numbers and ignore_index in i64: a u8 target
+// compared in u8 would meet a wrapped arange past 255 classes and take
+// ignore_index -100 for 156.
+Tensor targets_as_i64(const Tensor& t) { return t.dtype() == DType::i64 ? t : convert_element_type(t, DType::i64); }
+
 // nll_loss's target check, as an op: (target, classes) -> target, after
 // checking that every target lies in [0, classes).  Eager mode runs it at
 // once; a trace or a lazy graph runs it when the targets' values exist, with
@@ -83,12 +88,13 @@ int64_t target_range_check() {
 // e/C * sum_j -logp[i, j], then 0 where t_i is ignore_index, then the reduction
 // (Mean divides by the rows not ignored).  Only prims (and the range check), so
 // it fuses and differentiates.
-Tensor loss_from_logp(const Tensor& logp, const Tensor& target, const CrossEntropyOptions& o) {
+Tensor loss_from_logp(const Tensor& logp, const Tensor& given, const CrossEntropyOptions& o) {
   const int64_t c = logp.sizes()[1];
+  const Tensor target = targets_as_i64(given);
   // The range check needs the targets' values: an op of its own, so that a
   // trace or a lazy graph runs it when the values exist.
   Tensor checked = dispatch1(custom_call(target_range_check(), {target, Scalar(c), Scalar(o.ignore_index)}));
-  Tensor classes = Tensor::arange(static_cast<double>(c), target.dtype(), logp.device());
+  Tensor classes = Tensor::arange(static_cast<double>(c), DType::i64, logp.device());
   Tensor onehot = eq(checked.unsqueeze(1), classes);
   Tensor rows = neg(sum(where(onehot, logp, 0.0), {1}));
   const double e = o.label_smoothing;
@@ -181,12 +187,12 @@ std::vector<Tensor> decompose(const OpCall& call) {
     case OpId::cross_entropy_backward: {
       // args: g (the loss's gradient: () or (N) for Reduction::None), logits (N, C), target (N)
       const Tensor& logits = call.args.at(1).tensor;
-      const Tensor& target = call.args.at(2).tensor;
-      check_logits(logits, target, "cross_entropy_backward");
+      check_logits(logits, call.args.at(2).tensor, "cross_entropy_backward");
+      const Tensor target = targets_as_i64(call.args.at(2).tensor);
       const CrossEntropyOptions o = cross_entropy_options(at);
       const int64_t c = logits.sizes()[1];
       const double e = o.label_smoothing;
-      Tensor classes = Tensor::arange(static_cast<double>(c), target.dtype(), logits.device());
+      Tensor classes = Tensor::arange(static_cast<double>(c), DType::i64, logits.device());
       Tensor onehot = convert_element_type(eq(target.unsqueeze(1), classes), logits.dtype());
       Tensor d = sub(softmax(logits, 1), e > 0 ? mul(onehot, 1.0 - e) : onehot);
       if (e > 0) d = sub(d, e / static_cast<double>(c));

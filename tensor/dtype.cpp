@@ -1,4 +1,5 @@
 #include <volt/tensor/dtype.h>
+#include <volt/tensor/value_range.h>
 
 #include <algorithm>
 
@@ -50,6 +51,13 @@ bool is_floating(DType t) { return t == DType::f32 || t == DType::f64 || is_half
 
 bool is_integral(DType t, bool include_bool) {
   return t == DType::u8 || t == DType::i32 || t == DType::i64 || (include_bool && t == DType::b8);
+}
+
+bool holds_value(DType t, double v) {
+  if (!is_integral(t)) return true;
+  const double lo = t == DType::u8 ? 0.0 : t == DType::i32 ? -2147483648.0 : -9223372036854775808.0;
+  const double hi = t == DType::u8 ? 256.0 : t == DType::i32 ? 2147483648.0 : 9223372036854775808.0;
+  return v >= lo && v < hi;  // NaN fails both
 }
 
 ScalarKind scalar_kind(DType t) {

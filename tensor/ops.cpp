@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include <volt/tensor/random.h>
+#include <volt/tensor/value_range.h>
 
 namespace volt {
 
@@ -62,12 +63,8 @@ Tensor convert_element_type(const Tensor& a, DType dtype) {
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   // As in PyTorch: an integer tensor cannot hold NaN, Inf or a value past its range
   // (and converting such a double is undefined behaviour in C++).
-  if (is_integral(dtype)) {
-    double lo = dtype == DType::u8 ? 0.0 : dtype == DType::i32 ? -2147483648.0 : -9223372036854775808.0;
-    double hi = dtype == DType::u8 ? 256.0 : dtype == DType::i32 ? 2147483648.0 : 9223372036854775808.0;
-    VOLT_CHECK(value >= lo && value < hi, "full",
-               "value " << value << " cannot be converted to " << dtype_name(dtype) << " without overflow");
-  }
+  VOLT_CHECK(holds_value(dtype, value), "full",
+             "value " << value << " cannot be converted to " << dtype_name(dtype) << " without overflow");
   Attrs at;
   at.ints = shape;
   at.a = value;
@@ -149,6 +146,7 @@ Tensor expand(const Tensor& a, const Shape& shape) {
 
 Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length) {
   check_tensor(a, "narrow");
+  VOLT_CHECK(a.dim() > 0, "narrow", "expected a tensor of at least 1 dim, got a 0-dim tensor");
   dim = wrap_dim(dim, a.dim(), "narrow");
   int64_t n = a.sizes()[dim];
   if (start < 0) start += n;
@@ -169,6 +167,7 @@ Tensor contiguous(const Tensor& a) {
 Tensor pad(const Tensor& a, int64_t dim, int64_t before, int64_t after) {
   check_tensor(a, "pad");
   VOLT_CHECK(before >= 0 && after >= 0, "pad", "negative padding " << before << ", " << after);
+  VOLT_CHECK(a.dim() > 0, "pad", "expected a tensor of at least 1 dim, got a 0-dim tensor");
   Attrs at;
   at.ints = {wrap_dim(dim, a.dim(), "pad"), before, after};
   return call1(OpId::pad, {a}, at);
@@ -309,21 +308,23 @@ namespace {
 // The class-weighted loss as a composite of ops (so it differentiates and
 // traces like any other): w_i = weight[target_i] on the rows not ignored, 0 on
 // the rest; Mean divides by the sum of the w_i, as PyTorch's.
-Tensor weighted_nll_loss(const Tensor& logp, const Tensor& target, const Tensor& weight, Reduction reduction,
+Tensor weighted_nll_loss(const Tensor& logp, const Tensor& given, const Tensor& weight, Reduction reduction,
                          int64_t ignore_index) {
-  VOLT_CHECK(logp.dim() == 2 && target.dim() == 1 && target.size(0) == logp.size(0), "nll_loss",
+  VOLT_CHECK(logp.dim() == 2 && given.dim() == 1 && given.size(0) == logp.size(0), "nll_loss",
              "with a weight, expected logp (N, C) and target (N), got " << shape_str(logp.sizes()) << " and "
-                                                                        << shape_str(target.sizes()));
+                                                                        << shape_str(given.sizes()));
   const int64_t classes = logp.size(1);
   VOLT_CHECK(weight.dim() == 1 && weight.size(0) == classes, "nll_loss",
              "weight must be (C) = (" << classes << "), got " << shape_str(weight.sizes()));
   VOLT_CHECK(weight.dtype() == logp.dtype() && weight.device() == logp.device(), "nll_loss",
              "weight must have logp's dtype and device (" << logp.meta_str() << "), got " << weight.meta_str());
   // The unweighted row losses check the targets (integers in [0, C)) and zero the ignored rows.
-  const Tensor rows = nll_loss(logp, target, Tensor(), Reduction::None, ignore_index);  // (N)
+  const Tensor rows = nll_loss(logp, given, Tensor(), Reduction::None, ignore_index);  // (N)
+  // In i64: a u8 target would wrap ignore_index and a u8 arange past 255 classes.
+  const Tensor target = given.dtype() == DType::i64 ? given : convert_element_type(given, DType::i64);
   const Tensor kept = ne(target, Value(ignore_index));                                       // (N) bool
   const Tensor cls = where(kept, target, Value(int64_t{0})).unsqueeze(1);                   // (N, 1)
-  const Tensor onehot = eq(cls, Tensor::arange(classes, target.dtype(), logp.device()));    // (N, C)
+  const Tensor onehot = eq(cls, Tensor::arange(classes, DType::i64, logp.device()));        // (N, C)
   const Tensor w = where(kept, sum(where(onehot, weight.unsqueeze(0), Value(0.0)), {1}), Value(0.0));
   const Tensor losses = mul(w, rows);
   if (reduction == Reduction::None) return losses;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include <volt/tensor/ops.h>
+#include <volt/tensor/value_range.h>
 
 namespace volt {
 
@@ -15,10 +16,18 @@ void check_defined(const Tensor& t, const char* op) {
   VOLT_CHECK(t.defined(), op, "got an undefined tensor");
 }
 
-// A scalar of the tensor's kind: an integer tensor keeps its dtype.
-Value scalar_for(const Tensor& t, double v) {
+// A scalar of the tensor's kind: an integer tensor keeps its dtype, so the
+// value must fit it (NaN, Inf or 300 for a u8 tensor is an error, as PyTorch's).
+Value scalar_for(const Tensor& t, double v, const char* op) {
+  VOLT_CHECK(holds_value(t.dtype(), v), op,
+             "value " << v << " cannot be converted to " << dtype_name(t.dtype()) << " without overflow");
   if (t.dtype() == DType::b8) return Value(Scalar(v != 0));
   return is_floating(t.dtype()) ? Value(Scalar(v)) : Value(Scalar(static_cast<int64_t>(v)));
+}
+
+// wrap_dim accepts dim 0 of a 0-dim tensor, which has no size to split.
+void check_has_dims(const Tensor& t, const char* op) {
+  VOLT_CHECK(t.dim() > 0, op, "expected a tensor of at least 1 dim, got a 0-dim tensor");
 }
 
 Tensor keep_dtype(const Tensor& r, DType dt) { return r.dtype() == dt ? r : convert_element_type(r, dt); }
@@ -32,7 +41,7 @@ Tensor triangle(const Tensor& x, int64_t diagonal, bool lower, const char* op) {
   Tensor cols = Tensor::arange(static_cast<double>(m), DType::i64, x.device());
   Tensor offset = sub(cols, rows);  // (n, m)
   Tensor keep = lower ? le(offset, Scalar(diagonal)) : ge(offset, Scalar(diagonal));
-  return keep_dtype(where(keep, x, scalar_for(x, 0)), x.dtype());
+  return keep_dtype(where(keep, x, scalar_for(x, 0, op)), x.dtype());
 }
 
 Tensor all_of(const Tensor& ok) { return sum(convert_element_type(ok, DType::i64)); }
@@ -91,10 +100,14 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
   check_defined(x, "split");
+  check_has_dims(x, "split");
   dim = wrap_dim(dim, x.dim(), "split");
   int64_t total = 0;
   for (int64_t s : sizes) {
     VOLT_CHECK(s >= 0, "split", "split sizes must be non-negative, got " << s);
+    // Each size within the dim, so that their sum cannot overflow.
+    VOLT_CHECK(s <= x.sizes()[dim], "split",
+               "split size " << s << " is larger than dim " << dim << " of size " << x.sizes()[dim]);
     total += s;
   }
   VOLT_CHECK(total == x.sizes()[dim], "split",
@@ -111,6 +124,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   check_defined(x, "split");
   VOLT_CHECK(split_size > 0, "split", "split_size must be positive, got " << split_size);
+  check_has_dims(x, "split");
   dim = wrap_dim(dim, x.dim(), "split");
   const int64_t n = x.sizes()[dim];
   std::vector<int64_t> sizes;
@@ -122,6 +136,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   check_defined(x, "chunk");
   VOLT_CHECK(chunks > 0, "chunk", "the number of chunks must be positive, got " << chunks);
+  check_has_dims(x, "chunk");
   dim = wrap_dim(dim, x.dim(), "chunk");
   const int64_t n = x.sizes()[dim];
   return split(x, std::max<int64_t>((n + chunks - 1) / chunks, 1), dim);
@@ -131,11 +146,13 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   check_defined(x, "masked_fill");
   check_defined(mask, "masked_fill");
   VOLT_CHECK(mask.dtype() == DType::b8, "masked_fill", "expected a bool mask, got " << dtype_name(mask.dtype()));
+  VOLT_CHECK(mask.device() == x.device(), "masked_fill",
+             "the mask is on " << mask.device().str() << " but the input on " << x.device().str());
   Shape s = broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill");
   VOLT_CHECK(s == x.sizes(), "masked_fill",
              "mask of shape " << shape_str(mask.sizes()) << " does not broadcast to the input's "
                               << shape_str(x.sizes()));
-  return keep_dtype(where(mask, scalar_for(x, value.value), x), x.dtype());
+  return keep_dtype(where(mask, scalar_for(x, value.value, "masked_fill"), x), x.dtype());
 }
 
 Tensor tril(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, true, "tril"); }
@@ -147,8 +164,8 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
   // where() rather than maximum/minimum: the gradient passes wherever x lies
   // inside [min, max] (bounds included) and is 0 outside, as PyTorch's.
   Tensor r = x;
-  if (min) r = where(lt(x, scalar_for(x, *min)), scalar_for(x, *min), r);
-  if (max) r = where(gt(x, scalar_for(x, *max)), scalar_for(x, *max), r);
+  if (min) r = where(lt(x, scalar_for(x, *min, "clamp")), scalar_for(x, *min, "clamp"), r);
+  if (max) r = where(gt(x, scalar_for(x, *max, "clamp")), scalar_for(x, *max, "clamp"), r);
   return keep_dtype(r, x.dtype());
 }
 

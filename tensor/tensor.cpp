@@ -7,6 +7,7 @@
 #include <volt/tensor/dispatch.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
+#include <volt/tensor/value_range.h>
 
 namespace volt {
 
@@ -62,6 +63,10 @@ Tensor Tensor::arange(double start, double end, double step, DType dtype, Device
   VOLT_CHECK(count < 9.0e18, "arange", "[" << start << ", " << end << ") in steps of " << step
                                            << " has too many elements");
   int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
+  // An integer dtype must hold every value (u8 cannot count to 300).
+  VOLT_CHECK(n == 0 || (holds_value(dtype, start) && holds_value(dtype, start + static_cast<double>(n - 1) * step)),
+             "arange", "[" << start << ", " << end << ") in steps of " << step << " does not fit in "
+                           << dtype_name(dtype));
   // A prim (through dispatch), so that traced code records it.
   Attrs at;
   at.ints = {n};
@@ -111,8 +116,17 @@ Tensor Tensor::randint(int64_t low, int64_t high, const Shape& shape, DType dtyp
 
 // ---------------------------------------------------------------- metadata
 
-int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+// wrap_dim accepts dim 0 of a 0-dim tensor (as PyTorch's does), which has no size to read.
+int64_t Tensor::size(int64_t d) const {
+  const int64_t w = wrap_dim(d, dim(), "size");
+  VOLT_CHECK(dim() > 0, "size", "a 0-dim tensor has no dim " << d);
+  return sizes()[w];
+}
+int64_t Tensor::stride(int64_t d) const {
+  const int64_t w = wrap_dim(d, dim(), "stride");
+  VOLT_CHECK(dim() > 0, "stride", "a 0-dim tensor has no dim " << d);
+  return strides()[w];
+}
 
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;
@@ -195,7 +209,9 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const { return volt::pe
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   std::vector<int64_t> p(dim());
   std::iota(p.begin(), p.end(), 0);
-  std::swap(p[wrap_dim(d0, dim(), "transpose")], p[wrap_dim(d1, dim(), "transpose")]);
+  const int64_t w0 = wrap_dim(d0, dim(), "transpose"), w1 = wrap_dim(d1, dim(), "transpose");
+  if (dim() == 0) return volt::permute(*this, p);  // transpose(0, 0) of a 0-dim tensor: itself
+  std::swap(p[w0], p[w1]);
   return volt::permute(*this, p);
 }
 Tensor Tensor::t() const {

@@ -10,6 +10,7 @@
 #include <volt/tensor/attention.h>
 #include <volt/tensor/custom_op.h>
 #include <volt/tensor/ops.h>
+#include <volt/tensor/value_range.h>
 
 namespace volt {
 
@@ -93,7 +94,11 @@ Tensor layer_norm_decomposition(const OpCall& call) {
 Tensor embedding_decomposition(const Tensor& weight, const Tensor& index) {
   const int64_t rows = weight.sizes()[0];
   Tensor checked = dispatch1(custom_call(index_range_check(), {index, Scalar(rows)}));
-  Tensor classes = Tensor::arange(static_cast<double>(rows), index.dtype(), weight.device());
+  // Compared in i64 where the index dtype cannot count the rows (u8 indices
+  // of a table of 300: a u8 arange would wrap, and row 5 would match 261).
+  const DType cmp = holds_value(index.dtype(), static_cast<double>(rows - 1)) ? index.dtype() : DType::i64;
+  if (checked.dtype() != cmp) checked = convert_element_type(checked, cmp);
+  Tensor classes = Tensor::arange(static_cast<double>(rows), cmp, weight.device());
   Tensor flat = reshape(checked, {index.numel(), 1});
   Tensor onehot = convert_element_type(eq(flat, classes), weight.dtype());
   Shape out = index.sizes();

@@ -115,6 +115,26 @@ TEST_CASE("cuda: embedding with an index out of range is an error naming the op"
   CHECK(embedding(w, Tensor::from_vector<int64_t>({3}).to(kGPU)).to(kCPU).sizes() == Shape{1, 3});
 }
 
+TEST_CASE("cuda: u8 indices and targets past 255 rows and classes pick the right rows, eager and jitted") {
+  // A u8 arange of 300 wrapped: index 5 matched rows 5 and 261 alike.
+  SKIP_WITHOUT_GPU();
+  manual_seed(34);
+  const Tensor w = Tensor::randn({300, 3}), logits = Tensor::randn({3, 300});
+  const Tensor idx = Tensor::from_vector<int64_t>({5, 255, 44});
+  auto jitted = [](const Fn& f) {
+    return jit::jit([f](const std::vector<Tensor>& in) { return std::vector<Tensor>{f(in)}; });
+  };
+  const Fn emb = [](const std::vector<Tensor>& a) { return embedding(a[0], a[1]); };
+  const Fn ce = [](const std::vector<Tensor>& a) {
+    return cross_entropy(a[0], a[1], {.reduction = Reduction::None, .label_smoothing = 0.1});
+  };
+  const std::vector<Tensor> eg{w.to(kGPU), idx.to(DType::u8).to(kGPU)}, cg{logits.to(kGPU), idx.to(DType::u8).to(kGPU)};
+  check_close("embedding", emb(eg).to(kCPU), emb({w, idx}), 1e-5, 2e-3);  // TF32 may round the one-hot product
+  check_close("embedding (jit)", jitted(emb)(eg).at(0).to(kCPU), emb({w, idx}), 1e-5, 2e-3);
+  check_close("cross_entropy", ce(cg).to(kCPU), ce({logits, idx}), 1e-6, 1e-6);
+  check_close("cross_entropy (jit)", jitted(ce)(cg).at(0).to(kCPU), ce({logits, idx}), 1e-6, 1e-6);
+}
+
 TEST_CASE("cuda: a compiled step through embedding, layer_norm, causal attention and gelu equals CPU eager") {
   SKIP_WITHOUT_GPU();
   manual_seed(33);
