@@ -164,12 +164,13 @@ TEST_CASE("the GPT port and its LibTorch original give the same losses from the 
   INFO(theirs);
   const std::vector<double> torch_curve = losses(theirs);
   REQUIRE(torch_curve.size() == 12);
-  // f32 sums in another order (GEMM blocking, softmax, the norms) and AdamW's
-  // division by sqrt(v) + eps amplify rounding step by step: within 2e-4 for
-  // 12 steps, while the loss itself moves by about 0.5 over them.
+  // Both print 6 decimals; measured on this machine the curves agree to the
+  // last one (1e-6) over 40 steps.  2e-5 leaves room for f32 sums in another
+  // order elsewhere, while the loss moves by about 0.5 over these 12 steps
+  // (and any change to the rule, e.g. AdamW's beta2, moves it by 1e-3 or more).
   for (size_t s = 0; s < 12; ++s) {
     CAPTURE(s);
-    CHECK(std::abs(volt_curve[s] - torch_curve[s]) < 2e-4);
+    CHECK(std::abs(volt_curve[s] - torch_curve[s]) < 2e-5);
   }
-  CHECK(eval_loss(out) == doctest::Approx(eval_loss(theirs)).epsilon(1e-3));
+  CHECK(std::abs(eval_loss(out) - eval_loss(theirs)) < 1e-4);
 }
