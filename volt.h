@@ -18,6 +18,7 @@
 #include <volt/tensor/indexing.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
+#include <volt/tensor/sampling.h>
 #include <volt/tensor/autocast.h>
 #include <volt/autograd/grad_mode.h>
 #include <volt/nn/module.h>
@@ -29,6 +30,7 @@
 #include <volt/nn/mlp.h>
 #include <volt/nn/embedding.h>
 #include <volt/nn/layer_norm.h>
+#include <volt/nn/init.h>
 #include <volt/nn/container.h>
 #include <volt/nn/gpt.h>
 #include <volt/nn/loss.h>

@@ -18,6 +18,7 @@
 #pragma once
 #include <cstddef>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include <volt/nn/optim.h>
@@ -87,7 +88,39 @@ class AdamW : public AdamBase {
 
 namespace volt::optim {
 using nn::AdamW;
-using nn::AdamWOptions;
 using nn::ParamGroup;
 using nn::weight_decay_groups;
+
+// LibTorch's builder spelling, as the others in nn/optim_options.h:
+//   volt::optim::AdamW opt(net->parameters(), volt::optim::AdamWOptions(3e-4).betas({0.9, 0.95}).weight_decay(0.1));
+// It converts to volt::nn::AdamWOptions, whose defaults (LibTorch's too) it starts from.
+class AdamWOptions {
+ public:
+  AdamWOptions(double lr = 1e-3) { o_.lr = lr; }
+  AdamWOptions& lr(double v) {
+    o_.lr = v;
+    return *this;
+  }
+  double lr() const { return o_.lr; }
+  AdamWOptions& eps(double v) {
+    o_.eps = v;
+    return *this;
+  }
+  double eps() const { return o_.eps; }
+  AdamWOptions& weight_decay(double v) {
+    o_.weight_decay = v;
+    return *this;
+  }
+  double weight_decay() const { return o_.weight_decay; }
+  AdamWOptions& betas(const std::tuple<double, double>& b) {
+    o_.beta1 = std::get<0>(b);
+    o_.beta2 = std::get<1>(b);
+    return *this;
+  }
+  std::tuple<double, double> betas() const { return {o_.beta1, o_.beta2}; }
+  operator const nn::AdamWOptions&() const { return o_; }
+
+ private:
+  nn::AdamWOptions o_;
+};
 }  // namespace volt::optim

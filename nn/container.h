@@ -13,13 +13,17 @@
 #include <string>
 #include <vector>
 
+#include <volt/nn/holder.h>
 #include <volt/nn/module.h>
 
 namespace volt::nn {
 
-class ModuleList : public Module {
+class ModuleList : public Module, public Holder<ModuleList> {
  public:
   ModuleList() : Module("ModuleList") {}
+  // Empty until assigned (nn/holder.h): ModuleList h{nullptr}; h = register_module("h", ModuleList());
+  explicit ModuleList(std::nullptr_t) : Module("ModuleList"), Holder<ModuleList>(nullptr) {}
+  using Holder<ModuleList>::operator=;
   explicit ModuleList(std::vector<std::shared_ptr<Module>> modules);
 
   void push_back(std::shared_ptr<Module> module);  // named by its position

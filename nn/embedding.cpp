@@ -9,17 +9,17 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim) : Module("Em
              "sizes must be positive, got num_embeddings=" << num_embeddings
                                                            << ", embedding_dim=" << embedding_dim);
   NoGradGuard no_grad;
-  weight_ = register_parameter("weight", Tensor::randn({num_embeddings, embedding_dim}));
+  weight = register_parameter("weight", Tensor::randn({num_embeddings, embedding_dim}));
 }
 
-Embedding::Embedding(const Tensor& weight) : Module("Embedding") {
-  VOLT_CHECK(weight.defined() && weight.dim() == 2, "Embedding",
+Embedding::Embedding(const Tensor& shared) : Module("Embedding") {
+  VOLT_CHECK(shared.defined() && shared.dim() == 2, "Embedding",
              "a shared weight must be 2-D (num_embeddings, embedding_dim), got "
-                 << (weight.defined() ? weight.meta_str() : std::string("an undefined tensor")));
-  weight_ = register_parameter("weight", weight, weight.requires_grad());
+                 << (shared.defined() ? shared.meta_str() : std::string("an undefined tensor")));
+  weight = register_parameter("weight", shared, shared.requires_grad());
 }
 
-Tensor Embedding::forward(const Tensor& index) { return volt::embedding(weight_, index); }
+Tensor Embedding::forward(const Tensor& index) { return volt::embedding(weight, index); }
 
 std::string Embedding::extra_repr() const {
   return std::to_string(num_embeddings()) + ", " + std::to_string(embedding_dim());

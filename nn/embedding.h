@@ -9,12 +9,17 @@
 #pragma once
 #include <cstdint>
 
+#include <volt/nn/holder.h>
 #include <volt/nn/module.h>
+#include <volt/nn/parameter_field.h>
 
 namespace volt::nn {
 
-class Embedding : public Module {
+class Embedding : public Module, public Holder<Embedding> {
  public:
+  // Empty until assigned (nn/holder.h): Embedding wte{nullptr};
+  explicit Embedding(std::nullptr_t) : Module("Embedding"), Holder<Embedding>(nullptr) {}
+  using Holder<Embedding>::operator=;
   Embedding(int64_t num_embeddings, int64_t embedding_dim);
   // A table that shares `weight` (V, D): a weight tied to another module's
   // (a language model's output projection) is one parameter under two names.
@@ -24,12 +29,11 @@ class Embedding : public Module {
   Tensor forward(const Tensor& index) override;
   std::string extra_repr() const override;  // "256, 128"
 
-  int64_t num_embeddings() const { return weight_.size(0); }
-  int64_t embedding_dim() const { return weight_.size(1); }
-  const Tensor& weight() const { return weight_; }
+  int64_t num_embeddings() const { return weight.size(0); }
+  int64_t embedding_dim() const { return weight.size(1); }
 
- private:
-  Tensor weight_;
+  // (num_embeddings, embedding_dim): wte->weight or wte->weight() (nn/parameter_field.h)
+  ParameterField weight;
 };
 
 }  // namespace volt::nn

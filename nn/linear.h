@@ -9,8 +9,26 @@
 
 #include <volt/nn/holder.h>
 #include <volt/nn/module.h>
+#include <volt/nn/parameter_field.h>
 
 namespace volt::nn {
+
+// LibTorch's builder: Linear(LinearOptions(768, 50257).bias(false)).
+class LinearOptions {
+ public:
+  LinearOptions(int64_t in_features, int64_t out_features) : in_(in_features), out_(out_features) {}
+  LinearOptions& bias(bool on) {
+    bias_ = on;
+    return *this;
+  }
+  bool bias() const { return bias_; }
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
+ private:
+  int64_t in_, out_;
+  bool bias_ = true;
+};
 
 class Linear : public Module, public Holder<Linear> {
  public:
@@ -21,6 +39,8 @@ class Linear : public Module, public Holder<Linear> {
   // weight first, from the global Philox generator (PyTorch's kaiming_uniform_
   // with a = sqrt(5) works out to exactly this bound).
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  explicit Linear(const LinearOptions& options)
+      : Linear(options.in_features(), options.out_features(), options.bias()) {}
 
   // x: (*, in) -> (*, out)
   Tensor forward(const Tensor& x) override;
@@ -28,12 +48,12 @@ class Linear : public Module, public Holder<Linear> {
 
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }
-  const Tensor& weight() const { return weight_; }
-  const Tensor& bias() const { return bias_; }  // undefined when built with bias = false
+  // weight (out, in) and bias (out), undefined when built with bias = false;
+  // fc->weight or fc->weight() (nn/parameter_field.h)
+  ParameterField weight, bias;
 
  private:
   int64_t in_features_, out_features_;
-  Tensor weight_, bias_;
 };
 
 }  // namespace volt::nn

@@ -90,6 +90,16 @@ class Module : public std::enable_shared_from_this<Module> {
     return children_;
   }
   int64_t num_parameters() const;  // total elements over all parameters
+  // This module as class M, or nullptr if it is another class (LibTorch's
+  // as<M>()): for (auto& block : *h) x = block->as<Block>()->forward(x);
+  template <class M>
+  M* as() {
+    return dynamic_cast<M*>(this);
+  }
+  template <class M>
+  const M* as() const {
+    return dynamic_cast<const M*>(this);
+  }
 
   // ---- mode and state (each returns *this so calls chain: net.eval().requires_grad_(false)) ----
   Module& train(bool on = true);

@@ -107,7 +107,7 @@ void record_for_grad(const OpCall& call, std::vector<Tensor>& outputs) {
 // The strides that let `a` be read as `shape` without a copy, if any (PyTorch's
 // computeStride): dims may merge or split only within runs that are contiguous
 // with each other, so e.g. a transpose's rows can be unsqueezed or selected.
-static std::optional<Shape> reshape_strides(const Tensor& a, const Shape& shape) {
+std::optional<Shape> reshape_strides(const Tensor& a, const Shape& shape) {
   const Shape& os = a.sizes();
   const Shape& ost = a.strides();
   if (os.empty()) return Shape(shape.size(), 1);

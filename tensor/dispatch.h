@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -137,5 +138,9 @@ Tensor dispatch1(OpCall call);
 std::vector<Tensor> run_eager(const OpCall& call);
 // Runs one prim on its device's backend; no autograd.
 std::vector<Tensor> run_prim(const OpCall& call);
+// The strides that let `a` be read as `shape` (same element count) without a
+// copy, or nullopt: PyTorch's rule for view(), under which dims merge or split
+// only within runs of dims that are contiguous with each other.
+std::optional<Shape> reshape_strides(const Tensor& a, const Shape& shape);
 
 }  // namespace volt

@@ -197,9 +197,11 @@ static Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
 
 Tensor Tensor::view(const Shape& shape) const {
   Shape s = infer_shape(shape, numel(), "view");
-  VOLT_CHECK(is_contiguous() || is_proxy(), "view",
-             "cannot view a non-contiguous tensor " << meta_str() << " as " << shape_str(s)
-                                                    << "; use reshape()");
+  // As PyTorch: any layout whose strides can express the new shape (splitting
+  // the last dim of a column slice, say), not only a contiguous one.
+  VOLT_CHECK(is_contiguous() || is_proxy() || reshape_strides(*this, s), "view",
+             "cannot view a tensor " << meta_str() << " with strides " << shape_str(strides()) << " as "
+                                     << shape_str(s) << " without a copy; use reshape()");
   return volt::reshape(*this, s);
 }
 Tensor Tensor::reshape(const Shape& shape) const {

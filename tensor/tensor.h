@@ -115,7 +115,7 @@ class Tensor {
   explicit operator bool() const;
 
   // ---- views: share storage ----
-  Tensor view(const Shape& shape) const;     // errors if not viewable
+  Tensor view(const Shape& shape) const;     // errors if the strides cannot express it (PyTorch's rule)
   Tensor reshape(const Shape& shape) const;  // view if possible, else a copy
   Tensor permute(const std::vector<int64_t>& dims) const;
   Tensor transpose(int64_t d0, int64_t d1) const;

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the LibTorch originals in tests/port/libtorch/ against an installed
-# LibTorch (Debian: apt-get install libtorch-dev) and runs the MLP, so that the
-# programs the ports start from are real LibTorch programs.  Skipped (exit 0,
+# LibTorch (Debian: apt-get install libtorch-dev) and runs the MLP and the GPT,
+# so that the programs the ports start from are real LibTorch programs.  The
+# GPT binary left in WORK_DIR is what tests/port/test_port_gpt.cpp compares the
+# volt port with (by default it looks in ${TMPDIR:-/tmp}/volt-port-libtorch).  Skipped (exit 0,
 # with a line saying so) where LibTorch is not installed.
 # Usage: tests/port/compile_libtorch.sh [WORK_DIR]
 set -euo pipefail
@@ -22,4 +24,5 @@ for src in "$here"/libtorch/*.cpp; do
   echo "compile_libtorch: built $name"
 done
 (cd "$work" && ./mlp 150 "$work/mlp.pt")
-echo "compile_libtorch: the LibTorch originals build, and the MLP trains"
+(cd "$work" && ./gpt 100 | tail -3)
+echo "compile_libtorch: the LibTorch originals build, and the MLP and the GPT train"

@@ -166,6 +166,27 @@ TEST_CASE("view and reshape") {
   CHECK(Tensor::zeros({0, 4}).reshape({-1, 2}).sizes() == Shape{0, 2});
 }
 
+TEST_CASE("view of a non-contiguous tensor follows PyTorch's stride rule") {
+  // A column slice (a split of a wider last dim, as attention's q, k, v):
+  // strides (12, 1); its last dim splits into (2, 2) without a copy.
+  Tensor a = iota({3, 12});
+  Tensor q = a.narrow(1, 4, 4);
+  REQUIRE_FALSE(q.is_contiguous());
+  Tensor heads = q.view({3, 2, 2});
+  CHECK(heads.strides() == Shape{12, 2, 1});
+  CHECK(heads.to_vector<float>() == q.contiguous().view({3, 2, 2}).to_vector<float>());
+  check_writes_through("view of a column slice", a, heads, {2, 1, 0}, {2, 6});
+  // Rows of the slice may merge with a leading unit dim, and a transpose's
+  // dims may be split or unsqueezed, since each stays a strided run.
+  CHECK(q.view({1, 3, 4}).strides() == Shape{36, 12, 1});
+  Tensor t = iota({4, 6}).t();  // (6, 4), strides (1, 6)
+  CHECK(t.view({2, 3, 4}).strides() == Shape{3, 1, 6});
+  CHECK(t.view({2, 3, 4}).to_vector<float>() == t.contiguous().view({2, 3, 4}).to_vector<float>());
+  // Merging dims that are not one strided run needs a copy: an error, as in PyTorch.
+  CHECK_THROWS_WITH_AS(q.view({12}), doctest::Contains("without a copy"), volt::Error);
+  CHECK_THROWS_WITH_AS(t.view({24}), doctest::Contains("strides [1, 6]"), volt::Error);
+}
+
 TEST_CASE("contiguous, clone and to(dtype)") {
   Tensor a = iota({2, 3});
   CHECK(a.contiguous().is_same(a));
