@@ -172,8 +172,12 @@ TEST_CASE("GEMM store: bias per column or row, ReLU and epilogue equal the loop 
   const std::vector<Case> cases = {{1, 33, 7},   {7, 100, 45},   {8, 784, 784}, {16, 37, 300},
                                    {19, 13, 50}, {37, 61, 33},   {61, 130, 97}, {25, 1100, 18},
                                    {96, 300, 200}, {100, 17, 129}, {5, 0, 9}};
-  for (const Case& cs : cases)
+  for (const Case& cs : cases) {
+    // Instrumented, 8 x 784 x 784 took most of this case's three minutes;
+    // 16 x 37 x 300 takes the same path (several 256-column blocks, split).
+    if (volt::testing::kSanitized && cs.k == 784) continue;
     for (Layout layout : {Layout::linear, Layout::row_major, Layout::strided}) check_store<float>(cs.m, cs.k, cs.n, layout);
+  }
   for (const Case& cs : {Case{3, 20, 17}, Case{40, 70, 33}, Case{2, 0, 3}})
     for (Layout layout : {Layout::linear, Layout::row_major, Layout::strided}) check_store<double>(cs.m, cs.k, cs.n, layout);
 }
