@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <volt/nn/optim.h>
+#include <volt/nn/option_builder.h>
 
 namespace volt::nn {
 
@@ -97,21 +98,9 @@ using nn::weight_decay_groups;
 class AdamWOptions {
  public:
   AdamWOptions(double lr = 1e-3) { o_.lr = lr; }
-  AdamWOptions& lr(double v) {
-    o_.lr = v;
-    return *this;
-  }
-  double lr() const { return o_.lr; }
-  AdamWOptions& eps(double v) {
-    o_.eps = v;
-    return *this;
-  }
-  double eps() const { return o_.eps; }
-  AdamWOptions& weight_decay(double v) {
-    o_.weight_decay = v;
-    return *this;
-  }
-  double weight_decay() const { return o_.weight_decay; }
+  VOLT_OPTION(AdamWOptions, lr)
+  VOLT_OPTION(AdamWOptions, eps)
+  VOLT_OPTION(AdamWOptions, weight_decay)
   AdamWOptions& betas(const std::tuple<double, double>& b) {
     o_.beta1 = std::get<0>(b);
     o_.beta2 = std::get<1>(b);

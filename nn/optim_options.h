@@ -9,16 +9,9 @@
 #include <tuple>
 
 #include <volt/nn/optim.h>
+#include <volt/nn/option_builder.h>
 
 namespace volt::optim {
-
-// A setter returns the builder (so calls chain), a getter reads the value.
-#define VOLT_OPTION(Builder, name)                  \
-  Builder& name(double v) {                         \
-    o_.name = v;                                    \
-    return *this;                                   \
-  }                                                 \
-  double name() const { return o_.name; }
 
 class SGDOptions {
  public:
@@ -62,7 +55,5 @@ class AdadeltaOptions {
  private:
   nn::AdadeltaOptions o_;
 };
-
-#undef VOLT_OPTION
 
 }  // namespace volt::optim
