@@ -129,6 +129,9 @@ int64_t Tensor::stride(int64_t d) const {
 }
 
 bool Tensor::is_contiguous() const {
+  // No element to read: any strides are the contiguous ones (as in PyTorch).
+  for (int64_t n : sizes())
+    if (n == 0) return true;
   int64_t expected = 1;
   for (int64_t i = dim() - 1; i >= 0; --i) {
     if (sizes()[i] == 1) continue;

@@ -238,11 +238,8 @@ std::vector<Tensor> MemoryPlan::run(const Trace& trace, const std::vector<Tensor
         if (s.gemm) ptrs.push_back(s.product.raw_data());
         for (size_t a = s.gemm; a < s.args.size(); ++a) {
           const Tensor& in = v[static_cast<size_t>(s.args[a])];
-          // An empty input has no element to read: its strides (a view of
-          // a size-0 dim) need not be the contiguous ones.
-          const bool flat = in.is_contiguous() || in.numel() == 0;
-          if (flat || a >= s.scratch.size() || !s.scratch[a].defined()) {
-            VOLT_CHECK(flat, s.b.fusion_name, "an input is not contiguous (" << in.meta_str() << ")");
+          if (in.is_contiguous() || a >= s.scratch.size() || !s.scratch[a].defined()) {
+            VOLT_CHECK(in.is_contiguous(), s.b.fusion_name, "an input is not contiguous (" << in.meta_str() << ")");
             ptrs.push_back(in.raw_data());
           } else {
             cpu->copy(s.scratch[a], in);
