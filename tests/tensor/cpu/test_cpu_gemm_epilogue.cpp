@@ -106,6 +106,10 @@ void check_store(int64_t m, int64_t k, int64_t n, Layout layout) {
   for (cpu::Isa isa : isas_here())
     for (int threads = 1; threads <= 4; ++threads) {
       if (volt::testing::kSanitized && threads != 1 && threads != 3) continue;  // one thread, and a split
+      // Instrumented, the portable kernel (an fmaf call per product) at 96 x 300 x 200
+      // was 93 % of this case's time; its threaded split is the same code on every
+      // instruction set, and the smaller shapes take its own paths.
+      if (volt::testing::kSanitized && isa == cpu::Isa::generic && m * k * n > 1'000'000) continue;
       cpu::set_isa(isa);
       cpu::set_num_threads(threads);
       const std::string where = std::string(cpu::isa_name(isa)) + " threads=" + std::to_string(threads) +
