@@ -132,8 +132,10 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 // The lower (upper) triangle of the last two dims: j - i <= diagonal (>= for triu), else 0.
 Tensor tril(const Tensor& x, int64_t diagonal = 0);
 Tensor triu(const Tensor& x, int64_t diagonal = 0);
-// min(max(x, min), max); its gradient passes where min <= x <= max.
-Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max = std::nullopt);
+// min(max(x, min), max); its gradient passes where min <= x <= max.  The
+// result's dtype is PyTorch's promotion of x's with the bounds': clamp(i64
+// tensor, 0.5) is f32 (the bound is not truncated), clamp(i64 tensor, 2) i64.
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
 // (values, indices) of the largest (smallest) element along dim.
 std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
 std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
