@@ -115,7 +115,10 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 // weight (V, D), index (*) integers in [0, V) -> (*, D), the rows of weight.
 // Its weight gradient adds each output row's gradient into its index's row.
-Tensor embedding(const Tensor& weight, const Tensor& index);
+// With padding_idx >= 0 that row's gradient is always zero (its forward value
+// is still the row); a negative padding_idx means none, as torch::embedding
+// (nn::Embedding and nn::functional::embedding count a negative one from the end).
+Tensor embedding(const Tensor& weight, const Tensor& index, int64_t padding_idx = -1);
 
 // ---- joining, splitting, masks (compositions of prims, tensor/shape_ops.cpp) ----
 // tensors of one dtype and device, equal sizes except along dim -> joined along dim.
