@@ -108,6 +108,7 @@ std::string call_str(const ProxyNames& names, const OpCall& c, bool prim_prefix,
       if (c.op == OpId::mean || c.op == OpId::var) { sep(); os << shape_tuple(at.ints); }
       if (c.op == OpId::gelu && at.flag) { sep(); os << "approximate='tanh'"; }
       if (c.op == OpId::layer_norm) { sep(); os << "eps=" << python_float_repr(at.a); }
+      if (c.op == OpId::embedding && !at.ints.empty()) { sep(); os << "padding_idx=" << at.ints[0]; }
       if (c.op == OpId::scaled_dot_product_attention || c.op == OpId::scaled_dot_product_attention_backward) {
         sep();
         os << "is_causal=" << (at.flag ? "True" : "False") << ", scale=" << python_float_repr(at.a)

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include <volt/tensor/custom_op.h>
 #include <volt/tensor/dispatch.h>
 #include <volt/tensor/ops.h>
 
@@ -54,9 +55,38 @@ Tensor norm_of(const Tensor& g, double p) {
   return pow(sum(pow(abs(g), p)), 1.0 / p);
 }
 
+
+// The total norm after checking that it is finite, as an op: (total, norm_type)
+// -> total.  Eagerly it runs at once; a trace, a compiled step or a lazy graph
+// runs it when the norm's value exists, before the gradients it scales.
+int64_t finite_norm_check() {
+  static const int64_t id = [] {
+    CustomOpDef def;
+    def.name = "check_finite_norm";
+    def.arg_names = {"total", "norm_type"};
+    def.meta = [](const std::vector<Value>& args) {
+      const Tensor& t = args.at(0).tensor;
+      return std::vector<TensorMeta>{{t.sizes(), t.dtype(), t.device()}};
+    };
+    def.kernel = [](const std::vector<Value>& args) {
+      const Tensor& total = args.at(0).tensor;
+      const double norm_type = args.at(1).scalar.value;
+      const double v = total.to(kCPU).to(DType::f64).item<double>();
+      VOLT_CHECK(std::isfinite(v), "clip_grad_norm_",
+                 "the total norm of order " << norm_type << " of the gradients is "
+                                            << (std::isnan(v) ? "NaN" : v > 0 ? "Inf" : "-Inf") << ", which cannot be clipped (error_if_nonfinite=true; with false, "
+                                               "the gradients are scaled by min(1, max_norm / (norm + 1e-6)))");
+      return std::vector<Tensor>{total};
+    };
+    return register_custom_op(std::move(def));
+  }();
+  return id;
+}
+
 }  // namespace
 
-Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                       bool error_if_nonfinite) {
   constexpr const char* kOp = "clip_grad_norm_";
   VOLT_CHECK(norm_type > 0 && !std::isnan(norm_type), kOp,
              "norm_type must be positive or kInfNorm, got " << norm_type);
@@ -76,6 +106,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   }
   if (norm_type == 2) total = sqrt(total);
   else if (!inf && norm_type != 1) total = pow(total, 1.0 / norm_type);
+  if (error_if_nonfinite) total = dispatch1(custom_call(finite_norm_check(), {total, Scalar(norm_type)}));
   // min(1, max_norm / (total + 1e-6)), as a tensor: nothing is read back.
   const Tensor coef = minimum(max_norm / (total + 1e-6), 1.0);
   for (Grad& g : grads) {

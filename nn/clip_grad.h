@@ -25,7 +25,15 @@ constexpr double kInfNorm = std::numeric_limits<double>::infinity();
 // norm_type > 0, or kInfNorm for the largest absolute value.  Returns the total
 // norm before clipping as a 0-d tensor of the gradients' (promoted) dtype, on
 // the first gradient's device; 0 when no parameter has a gradient.
-Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+//
+// A total norm that is Inf or NaN: with error_if_nonfinite (PyTorch's rule)
+// it is a volt::Error naming clip_grad_norm_ and the norm, raised when the
+// norm's value exists (eagerly at once; in a trace, a compiled step or a lazy
+// graph when it runs) and before any gradient is scaled; without it, as
+// PyTorch, every gradient is scaled by min(1, max_norm / (total + 1e-6)):
+// 0 for an infinite norm (an infinite element becomes NaN), NaN for a NaN one.
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
+                       bool error_if_nonfinite = false);
 
 // Every gradient element clamped to [-clip_value, clip_value] in place.
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);

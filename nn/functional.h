@@ -4,6 +4,9 @@
 //   volt::Tensor h = F::relu(F::linear(x, w, b));    // x: (B, in), w: (out, in) -> (B, out)
 //   volt::Tensor loss = F::cross_entropy(h, target);  // h: (B, C), target: (B) i64 -> ()
 #pragma once
+#include <cstdint>
+#include <optional>
+
 #include <volt/tensor/attention.h>
 #include <volt/tensor/conv.h>
 #include <volt/tensor/ops.h>
@@ -32,10 +35,62 @@ inline Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, con
   return volt::scaled_dot_product_attention(q, k, v, options);
 }
 inline Tensor log_softmax(const Tensor& x, int64_t dim) { return volt::log_softmax(x, dim); }
+// LibTorch's builder for cross_entropy's options:
+//   F::cross_entropy(logits, target, F::CrossEntropyFuncOptions().ignore_index(0).label_smoothing(0.1))
+// (reduction: Reduction::None, Mean or Sum).
+class CrossEntropyFuncOptions {
+ public:
+  CrossEntropyFuncOptions& ignore_index(int64_t v) {
+    o_.ignore_index = v;
+    return *this;
+  }
+  CrossEntropyFuncOptions& label_smoothing(double v) {
+    o_.label_smoothing = v;
+    return *this;
+  }
+  CrossEntropyFuncOptions& reduction(Reduction r) {
+    o_.reduction = r;
+    return *this;
+  }
+  int64_t ignore_index() const { return o_.ignore_index; }
+  double label_smoothing() const { return o_.label_smoothing; }
+  Reduction reduction() const { return o_.reduction; }
+  operator const CrossEntropyOptions&() const { return o_; }  // NOLINT: passed where the options are taken
+
+ private:
+  CrossEntropyOptions o_;
+};
+
 // logits: (N, C), target: (N) class indices -> () mean over N by default;
 // options as PyTorch's (reduction, ignore_index, label_smoothing: tensor/cross_entropy.h)
 inline Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {}) {
   return volt::cross_entropy(logits, target, options);
+}
+
+// LibTorch's F::EmbeddingFuncOptions().padding_idx(p): a negative p counts from the end.
+class EmbeddingFuncOptions {
+ public:
+  EmbeddingFuncOptions& padding_idx(std::optional<int64_t> p) {
+    padding_idx_ = p;
+    return *this;
+  }
+  const std::optional<int64_t>& padding_idx() const { return padding_idx_; }
+
+ private:
+  std::optional<int64_t> padding_idx_;
+};
+
+// index: (*) integers, weight: (V, D) -> (*, D); LibTorch's argument order
+// (input first).  The padding row's gradient is zero (volt::embedding).
+inline Tensor embedding(const Tensor& index, const Tensor& weight, const EmbeddingFuncOptions& options = {}) {
+  int64_t p = options.padding_idx().value_or(-1);
+  if (options.padding_idx() && weight.defined() && weight.dim() == 2) {
+    const int64_t n = weight.size(0);
+    VOLT_CHECK(p >= -n && p < n, "embedding",
+               "padding_idx must lie in [-" << n << ", " << n << ") for a table of " << n << " rows, got " << p);
+    if (p < 0) p += n;
+  }
+  return volt::embedding(weight, index, p);
 }
 // logp: (N, C) log-probabilities, target: (N) class indices, weight: (C) or
 // undefined -> () mean over the rows not ignored; LibTorch's argument order.

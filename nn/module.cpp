@@ -76,6 +76,12 @@ Tensor Module::register_parameter(const std::string& name, Tensor t, bool requir
   if (t.defined()) {
     VOLT_CHECK(t.is_leaf(), "register_parameter",
                "'" << name << "' is the result of an op; pass a leaf (detach() it)");
+    // PyTorch's rule: only floating tensors can require grad (an integer
+    // parameter could never be trained; an optimizer would skip it silently).
+    VOLT_CHECK(!requires_grad || is_floating(t.dtype()), "register_parameter",
+               "'" << name << "' is " << dtype_name(t.dtype())
+                   << ": only floating tensors can be parameters that require grad (register it with "
+                      "requires_grad = false, or as a buffer)");
     t.requires_grad_(requires_grad);
   }
   parameters_.emplace_back(name, t);

@@ -10,6 +10,12 @@
 
 namespace volt::nn {
 
+Functional::Functional(Fn fn) : Module("Functional"), fn_(std::move(fn)) {
+  VOLT_CHECK(fn_ != nullptr, "Functional", "expected a function, got an empty one");
+}
+
+Tensor Functional::forward(const Tensor& x) { return fn_(x); }
+
 Sequential::Sequential(std::vector<std::shared_ptr<Module>> layers) : Module("Sequential") {
   for (auto& l : layers) push_back(std::move(l));
 }

@@ -3,6 +3,8 @@
 // bound symbol and these prims as its decomposition.
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <string_view>
 
 #include <volt/tensor/conv.h>
 #include <volt/tensor/custom_op.h>
@@ -39,61 +41,69 @@ Tensor targets_as_i64(const Tensor& t) { return t.dtype() == DType::i64 ? t : co
 // nll_loss's target check, as an op: (target, classes) -> target, after
 // checking that every target lies in [0, classes).  Eager mode runs it at
 // once; a trace or a lazy graph runs it when the targets' values exist, with
-// the same message.
-int64_t target_range_check() {
-  static const int64_t id = [] {
-    CustomOpDef def;
-    def.name = "check_target_range";
-    def.meta = [](const std::vector<Value>& args) {
-      const Tensor& t = args.at(0).tensor;
-      return std::vector<TensorMeta>{{t.sizes(), t.dtype(), t.device()}};
-    };
-    def.kernel = [](const std::vector<Value>& args) {
-      const Tensor& target = args.at(0).tensor;
-      const int64_t c = static_cast<int64_t>(args.at(1).scalar.value);
-      // Targets equal to ignore_index (the third argument) may be anything.
-      const bool has_ignore = args.size() > 2;
-      const int64_t ignore = has_ignore ? static_cast<int64_t>(args[2].scalar.value) : 0;
-      if (target.numel() > 0) {
-        int64_t lo = 0, hi = 0;
-        bool any = false;
-        auto note = [&](int64_t v) {
-          if (has_ignore && v == ignore) return;
-          lo = any ? std::min(lo, v) : v;
-          hi = any ? std::max(hi, v) : v;
-          any = true;
-        };
-        if (target.device().is_cpu() && target.is_contiguous()) {
-          // Read in place: a compiled training step allocates nothing per step.
-          VOLT_DISPATCH_DTYPE(target.dtype(), [&] {
-            const scalar_t* p = static_cast<const scalar_t*>(target.raw_data());
-            for (int64_t i = 0; i < target.numel(); ++i) note(static_cast<int64_t>(p[i]));
-          });
-        } else {
-          for (int64_t v : target.to(kCPU).to_vector<int64_t>()) note(v);
-        }
-        VOLT_CHECK(!any || (lo >= 0 && hi < c), "nll_loss",
-                   "target values must lie in [0, " << c << "), got [" << lo << ", " << hi << "]"
-                                                    << (has_ignore ? "; targets equal to ignore_index (" + std::to_string(ignore) + ") are skipped"
-                                                                   : std::string()));
+// the same message.  `op` is the op the message names: the check inside
+// cross_entropy's decomposition names cross_entropy, as its eager kernel does
+// (two registrations of one printed name, so a trace reads the same).
+int64_t register_target_range_check(const char* op);
+
+int64_t target_range_check(const char* op) {
+  static const int64_t nll_id = register_target_range_check("nll_loss");
+  static const int64_t ce_id = register_target_range_check("cross_entropy");
+  return std::string_view(op) == "cross_entropy" ? ce_id : nll_id;
+}
+
+int64_t register_target_range_check(const char* op) {
+  CustomOpDef def;
+  def.name = "check_target_range";
+  def.meta = [](const std::vector<Value>& args) {
+    const Tensor& t = args.at(0).tensor;
+    return std::vector<TensorMeta>{{t.sizes(), t.dtype(), t.device()}};
+  };
+  def.kernel = [op](const std::vector<Value>& args) {
+    const Tensor& target = args.at(0).tensor;
+    const int64_t c = static_cast<int64_t>(args.at(1).scalar.value);
+    // Targets equal to ignore_index (the third argument) may be anything.
+    const bool has_ignore = args.size() > 2;
+    const int64_t ignore = has_ignore ? static_cast<int64_t>(args[2].scalar.value) : 0;
+    if (target.numel() > 0) {
+      int64_t lo = 0, hi = 0;
+      bool any = false;
+      auto note = [&](int64_t v) {
+        if (has_ignore && v == ignore) return;
+        lo = any ? std::min(lo, v) : v;
+        hi = any ? std::max(hi, v) : v;
+        any = true;
+      };
+      if (target.device().is_cpu() && target.is_contiguous()) {
+        // Read in place: a compiled training step allocates nothing per step.
+        VOLT_DISPATCH_DTYPE(target.dtype(), [&] {
+          const scalar_t* p = static_cast<const scalar_t*>(target.raw_data());
+          for (int64_t i = 0; i < target.numel(); ++i) note(static_cast<int64_t>(p[i]));
+        });
+      } else {
+        for (int64_t v : target.to(kCPU).to_vector<int64_t>()) note(v);
       }
-      return std::vector<Tensor>{target};
-    };
-    return register_custom_op(std::move(def));
-  }();
-  return id;
+      VOLT_CHECK(!any || (lo >= 0 && hi < c), op,
+                 "target values must lie in [0, " << c << "), got [" << lo << ", " << hi << "]"
+                                                  << (has_ignore ? "; targets equal to ignore_index (" + std::to_string(ignore) + ") are skipped"
+                                                                 : std::string()));
+    }
+    return std::vector<Tensor>{target};
+  };
+  return register_custom_op(std::move(def));
 }
 
 // The row losses from log-probabilities (N, C): (1 - e) * -logp[i, t_i] +
 // e/C * sum_j -logp[i, j], then 0 where t_i is ignore_index, then the reduction
 // (Mean divides by the rows not ignored).  Only prims (and the range check), so
 // it fuses and differentiates.
-Tensor loss_from_logp(const Tensor& logp, const Tensor& given, const CrossEntropyOptions& o) {
+// `op` names the op whose targets are checked (nll_loss, or cross_entropy's).
+Tensor loss_from_logp(const Tensor& logp, const Tensor& given, const CrossEntropyOptions& o, const char* op) {
   const int64_t c = logp.sizes()[1];
   const Tensor target = targets_as_i64(given);
   // The range check needs the targets' values: an op of its own, so that a
   // trace or a lazy graph runs it when the values exist.
-  Tensor checked = dispatch1(custom_call(target_range_check(), {target, Scalar(c), Scalar(o.ignore_index)}));
+  Tensor checked = dispatch1(custom_call(target_range_check(op), {target, Scalar(c), Scalar(o.ignore_index)}));
   Tensor classes = Tensor::arange(static_cast<double>(c), DType::i64, logp.device());
   Tensor onehot = eq(checked.unsqueeze(1), classes);
   Tensor rows = neg(sum(where(onehot, logp, 0.0), {1}));
@@ -175,14 +185,20 @@ std::vector<Tensor> decompose(const OpCall& call) {
                  "expected target (" << a.sizes()[0] << "), got " << shape_str(target.sizes()));
       VOLT_CHECK(is_integral(target.dtype()), "nll_loss",
                  "expected an integer target, got " << dtype_name(target.dtype()));
-      return {loss_from_logp(a, target, cross_entropy_options(at))};
+      // flag: the nll_loss of cross_entropy's decomposition, whose bad targets name cross_entropy.
+      return {loss_from_logp(a, target, cross_entropy_options(at), at.flag ? "cross_entropy" : "nll_loss")};
     }
     case OpId::cross_entropy: {
       const Tensor& target = call.args.at(1).tensor;
       check_logits(a, target, "cross_entropy");
       const CrossEntropyOptions o = cross_entropy_options(at);
-      if (o.label_smoothing == 0) return {nll_loss(log_softmax(a, 1), target, Tensor(), o.reduction, o.ignore_index)};
-      return {loss_from_logp(log_softmax(a, 1), target, o)};
+      if (o.label_smoothing == 0) {
+        Attrs nll;
+        set_cross_entropy_attrs(nll, o);
+        nll.flag = true;  // checked as cross_entropy's targets
+        return {dispatch1(OpCall{OpId::nll_loss, {log_softmax(a, 1), target}, nll})};
+      }
+      return {loss_from_logp(log_softmax(a, 1), target, o, "cross_entropy")};
     }
     case OpId::cross_entropy_backward: {
       // args: g (the loss's gradient: () or (N) for Reduction::None), logits (N, C), target (N)

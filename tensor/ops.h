@@ -115,7 +115,10 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 // weight (V, D), index (*) integers in [0, V) -> (*, D), the rows of weight.
 // Its weight gradient adds each output row's gradient into its index's row.
-Tensor embedding(const Tensor& weight, const Tensor& index);
+// With padding_idx >= 0 that row's gradient is always zero (its forward value
+// is still the row); a negative padding_idx means none, as torch::embedding
+// (nn::Embedding and nn::functional::embedding count a negative one from the end).
+Tensor embedding(const Tensor& weight, const Tensor& index, int64_t padding_idx = -1);
 
 // ---- joining, splitting, masks (compositions of prims, tensor/shape_ops.cpp) ----
 // tensors of one dtype and device, equal sizes except along dim -> joined along dim.
@@ -132,8 +135,10 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 // The lower (upper) triangle of the last two dims: j - i <= diagonal (>= for triu), else 0.
 Tensor tril(const Tensor& x, int64_t diagonal = 0);
 Tensor triu(const Tensor& x, int64_t diagonal = 0);
-// min(max(x, min), max); its gradient passes where min <= x <= max.
-Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max = std::nullopt);
+// min(max(x, min), max); its gradient passes where min <= x <= max.  The
+// result's dtype is PyTorch's promotion of x's with the bounds': clamp(i64
+// tensor, 0.5) is f32 (the bound is not truncated), clamp(i64 tensor, 2) i64.
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
 // (values, indices) of the largest (smallest) element along dim.
 std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
 std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);

@@ -158,15 +158,22 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
 Tensor tril(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, true, "tril"); }
 Tensor triu(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, false, "triu"); }
 
-Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
   check_defined(x, "clamp");
   VOLT_CHECK(min || max, "clamp", "at least one of min and max must be given");
+  // The result's dtype promotes as PyTorch's: a floating bound makes an
+  // integer (or bool) tensor's result f32, an integer bound a bool tensor's
+  // i64; a bound of the tensor's own kind keeps its dtype and must fit it.
+  DType rt = x.dtype();
+  for (const std::optional<Scalar>* b : {&min, &max})
+    if (*b && (*b)->kind > scalar_kind(rt)) rt = (*b)->default_dtype();
+  const Tensor xr = rt == x.dtype() ? x : convert_element_type(x, rt);
   // where() rather than maximum/minimum: the gradient passes wherever x lies
   // inside [min, max] (bounds included) and is 0 outside, as PyTorch's.
-  Tensor r = x;
-  if (min) r = where(lt(x, scalar_for(x, *min, "clamp")), scalar_for(x, *min, "clamp"), r);
-  if (max) r = where(gt(x, scalar_for(x, *max, "clamp")), scalar_for(x, *max, "clamp"), r);
-  return keep_dtype(r, x.dtype());
+  Tensor r = xr;
+  if (min) r = where(lt(xr, scalar_for(xr, min->value, "clamp")), scalar_for(xr, min->value, "clamp"), r);
+  if (max) r = where(gt(xr, scalar_for(xr, max->value, "clamp")), scalar_for(xr, max->value, "clamp"), r);
+  return keep_dtype(r, rt);
 }
 
 std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {

@@ -421,7 +421,7 @@ std::vector<Tensor> Tensor::split(const std::vector<int64_t>& s, int64_t d) cons
 Tensor Tensor::masked_fill(const Tensor& m, Scalar v) const { return volt::masked_fill(*this, m, v); }
 Tensor Tensor::tril(int64_t k) const { return volt::tril(*this, k); }
 Tensor Tensor::triu(int64_t k) const { return volt::triu(*this, k); }
-Tensor Tensor::clamp(std::optional<double> lo, std::optional<double> hi) const { return volt::clamp(*this, lo, hi); }
+Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const { return volt::clamp(*this, lo, hi); }
 Tensor Tensor::softmax(int64_t d) const { return volt::softmax(*this, d); }
 Tensor Tensor::log_softmax(int64_t d) const { return volt::log_softmax(*this, d); }
 bool Tensor::allclose(const Tensor& o, double r, double a, bool n) const { return volt::allclose(*this, o, r, a, n); }

@@ -61,6 +61,36 @@ int64_t index_range_check() {
   return id;
 }
 
+// The weight as it is, its gradient's row padding_idx zeroed: (weight (V, D),
+// padding_idx) -> weight.  The row still takes part in the forward (a table
+// loaded with a non-zero padding row gives it back, as PyTorch's); only the
+// gradient that the one-hot product scatters into it is dropped, so the
+// optimizer never moves it.
+int64_t padding_row_grad() {
+  static const int64_t id = [] {
+    CustomOpDef def;
+    def.name = "zero_padding_grad";
+    def.arg_names = {"weight", "padding_idx"};
+    def.meta = [](const std::vector<Value>& args) {
+      const Tensor& w = args.at(0).tensor;
+      return std::vector<TensorMeta>{{w.sizes(), w.dtype(), w.device()}};
+    };
+    // A new handle on the weight's memory (no copy): autograd gives the output
+    // its own history, which must not become the weight's (a leaf).
+    def.kernel = [](const std::vector<Value>& args) { return std::vector<Tensor>{args.at(0).tensor.detach()}; };
+    // g (V, D) -> g with row padding_idx set to 0
+    def.vjp = [](const std::vector<Value>& args, const std::vector<Tensor>& grads) {
+      const Tensor& g = grads.at(0);
+      const int64_t rows = g.sizes()[0];
+      Tensor row = Tensor::arange(static_cast<double>(rows), DType::i64, g.device()).unsqueeze(1);
+      Tensor pad = eq(row, Scalar(static_cast<int64_t>(args.at(1).scalar.value)));
+      return std::vector<Tensor>{where(pad, Scalar(0.0), g), Tensor()};
+    };
+    return register_custom_op(std::move(def));
+  }();
+  return id;
+}
+
 Tensor gelu_decomposition(const Tensor& x, bool tanh_approx) {
   if (!tanh_approx) {
     // 0.5 x (1 + erf(x / sqrt(2)))
@@ -91,7 +121,8 @@ Tensor layer_norm_decomposition(const OpCall& call) {
 
 // weight (V, D), index (*) -> (*, D): a one-hot (N, V) times the weight, so the
 // weight's gradient, one-hot^T (V, N) times the output's, is the scatter-add.
-Tensor embedding_decomposition(const Tensor& weight, const Tensor& index) {
+// padding_idx: the row whose gradient is zero, or negative for none.
+Tensor embedding_decomposition(const Tensor& weight, const Tensor& index, int64_t padding_idx) {
   const int64_t rows = weight.sizes()[0];
   Tensor checked = dispatch1(custom_call(index_range_check(), {index, Scalar(rows)}));
   // Compared in i64 where the index dtype cannot count the rows (u8 indices
@@ -103,7 +134,8 @@ Tensor embedding_decomposition(const Tensor& weight, const Tensor& index) {
   Tensor onehot = convert_element_type(eq(flat, classes), weight.dtype());
   Shape out = index.sizes();
   out.push_back(weight.sizes()[1]);
-  return reshape(matmul(onehot, weight), out);
+  const Tensor table = padding_idx >= 0 ? dispatch1(custom_call(padding_row_grad(), {weight, Scalar(padding_idx)})) : weight;
+  return reshape(matmul(onehot, table), out);
 }
 
 }  // namespace
@@ -112,7 +144,9 @@ std::vector<Tensor> transformer_decomposition(const OpCall& call) {
   switch (call.op) {
     case OpId::gelu: return {gelu_decomposition(call.args[0].tensor, call.attrs.flag)};
     case OpId::layer_norm: return {layer_norm_decomposition(call)};
-    case OpId::embedding: return {embedding_decomposition(call.args[0].tensor, call.args[1].tensor)};
+    case OpId::embedding:
+      return {embedding_decomposition(call.args[0].tensor, call.args[1].tensor,
+                                      call.attrs.ints.empty() ? -1 : call.attrs.ints[0])};
     case OpId::scaled_dot_product_attention: return {attention_decomposition(call)};
     case OpId::scaled_dot_product_attention_backward: return attention_backward_decomposition(call);
     default: VOLT_FAIL(op_name(call.op), "is not a transformer op");
@@ -164,7 +198,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   return call1(OpId::layer_norm, std::move(args), at);
 }
 
-Tensor embedding(const Tensor& weight, const Tensor& index) {
+Tensor embedding(const Tensor& weight, const Tensor& index, int64_t padding_idx) {
   VOLT_CHECK(index.defined() && weight.defined(), "embedding", "got an undefined tensor");
   VOLT_CHECK(weight.dim() == 2, "embedding", "expected a weight (num_embeddings, dim), got "
                                                  << shape_str(weight.sizes()));
@@ -174,7 +208,11 @@ Tensor embedding(const Tensor& weight, const Tensor& index) {
              "expected a floating weight, got " << dtype_name(weight.dtype()));
   VOLT_CHECK(index.device() == weight.device(), "embedding",
              "indices on " << index.device().str() << " but the weight on " << weight.device().str());
-  return call1(OpId::embedding, {weight, index}, {});
+  VOLT_CHECK(padding_idx < weight.sizes()[0], "embedding",
+             "padding_idx " << padding_idx << " is out of range for a table of " << weight.sizes()[0] << " rows");
+  Attrs at;
+  if (padding_idx >= 0) at.ints = {padding_idx};
+  return call1(OpId::embedding, {weight, index}, at);
 }
 
 }  // namespace volt

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the LibTorch originals in tests/port/libtorch/ against an installed
-# LibTorch (Debian: apt-get install libtorch-dev) and runs the MLP and the GPT,
-# so that the programs the ports start from are real LibTorch programs.  The
-# GPT binary left in WORK_DIR is what tests/port/test_port_gpt.cpp compares the
-# volt port with (by default it looks in ${TMPDIR:-/tmp}/volt-port-libtorch).  Skipped (exit 0,
+# LibTorch (Debian: apt-get install libtorch-dev) and runs the MLP, the GPT and
+# the char model, so that the programs the ports start from are real LibTorch
+# programs.  The GPT and char model binaries left in WORK_DIR are what
+# tests/port/test_port_gpt.cpp and test_port_charlm.cpp compare the volt ports
+# with (by default they look in ${TMPDIR:-/tmp}/volt-port-libtorch).  Skipped (exit 0,
 # with a line saying so) where LibTorch is not installed.
 # Usage: tests/port/compile_libtorch.sh [WORK_DIR]
 set -euo pipefail
@@ -25,4 +26,5 @@ for src in "$here"/libtorch/*.cpp; do
 done
 (cd "$work" && ./mlp 150 "$work/mlp.pt")
 (cd "$work" && ./gpt 100 | tail -3)
-echo "compile_libtorch: the LibTorch originals build, and the MLP and the GPT train"
+(cd "$work" && ./charlm 60 "$work" | tail -3)
+echo "compile_libtorch: the LibTorch originals build, and the MLP, the GPT and the char model train"
