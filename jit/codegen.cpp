@@ -100,6 +100,16 @@ std::string memory_type(DType t) {
 }
 std::string local_type(DType t) { return t == DType::b8 ? std::string("int") : compute_type(t); }
 
+std::string load_value(DType t, const std::string& e) {
+  if (!is_half(t)) return e;
+  return (t == DType::bf16 ? "volt_bf16_to_f32(" : "volt_f16_to_f32(") + e + ")";
+}
+std::string store_value(DType t, const std::string& e) {
+  if (!is_half(t)) return e;
+  return (t == DType::bf16 ? "volt_f32_to_bf16(" : "volt_f32_to_f16(") + e + ")";
+}
+std::string round_value(DType t, const std::string& e) { return load_value(t, store_value(t, e)); }
+
 void emit_pointers(std::ostream& os, const BoundSymbol& f, const NameFn& name) {
   size_t k = 0;
   for (const Tensor& in : f.fusion_inputs)
@@ -115,10 +125,6 @@ void emit_pointers(std::ostream& os, const BoundSymbol& f, const NameFn& name) {
 namespace {
 
 using namespace detail;
-
-// tensor/half.inc's conversions of dtype t: bits to float, float to bits.
-std::string half_load(DType t) { return t == DType::bf16 ? "volt_bf16_to_f32(" : "volt_f16_to_f32("; }
-std::string half_store(DType t) { return t == DType::bf16 ? "volt_f32_to_bf16(" : "volt_f32_to_f16("; }
 
 // The kernel function of region `f`, its values named by `name`, its Philox
 // counters less `rng_shift`.
@@ -137,19 +143,15 @@ std::string render(const BoundSymbol& f, const std::string& kernel_name, const N
   // as eager mode stores it, and stored as bits (tensor/half.inc).
   for (const Tensor& in : f.fusion_inputs) {
     const std::string load = "in_" + name(in) + "[" + index_expr(in.sizes(), shape) + "]";
-    os << "    const " << local_type(in.dtype()) << " " << name(in) << " = "
-       << (is_half(in.dtype()) ? half_load(in.dtype()) + load + ")" : load) << ";\n";
+    os << "    const " << local_type(in.dtype()) << " " << name(in) << " = " << load_value(in.dtype(), load) << ";\n";
   }
   for (const BoundSymbol& p : f.subsymbols) {
     const Tensor& out = p.outputs[0];
     const std::string e = "(" + compute_type(out.dtype()) + ")" + prim_expr(p.call, out.dtype(), name, rng_shift);
-    os << "    const " << local_type(out.dtype()) << " " << name(out) << " = "
-       << (is_half(out.dtype()) ? half_load(out.dtype()) + half_store(out.dtype()) + e + "))" : e)
-       << ";\n";
+    os << "    const " << local_type(out.dtype()) << " " << name(out) << " = " << round_value(out.dtype(), e) << ";\n";
   }
   for (const Tensor& o : f.outputs)
-    os << "    out_" << name(o) << "[i] = "
-       << (is_half(o.dtype()) ? half_store(o.dtype()) + name(o) + ")" : name(o)) << ";\n";
+    os << "    out_" << name(o) << "[i] = " << store_value(o.dtype(), name(o)) << ";\n";
   os << "  }\n}\n";
   return os.str();
 }
@@ -199,16 +201,13 @@ void run_host_kernel(const FusedKernel& kernel, long long n, void* const* args, 
 
 std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& f, const ProxyNames& names) {
   VOLT_CHECK(!f.subsymbols.empty(), f.fusion_name, "a fusion region without prims");
-  // bf16 and f16: elementwise regions (host C++ and CUDA), no draws in them.
-  const bool rows = is_row_region(f);
+  // bf16 and f16: in elementwise prims of any region (host C++ and CUDA; a
+  // row region's reductions read f32 or f64 only: is_row_reduction), no draws.
   for (const BoundSymbol& p : f.subsymbols) {
     auto refuse_half = [&](const Tensor& t) {
-      const char* where = rows ? "row kernels (reductions, softmax)"
-                          : p.call.op == OpId::uniform ? "random draws in kernels"
-                                                       : nullptr;
-      VOLT_CHECK(!is_half(t.dtype()) || !where, op_name(p.call.op),
-                 "generated " << where << " do not compute on " << dtype_name(t.dtype())
-                              << " tensors yet (eager mode does)");
+      VOLT_CHECK(!is_half(t.dtype()) || p.call.op != OpId::uniform, op_name(p.call.op),
+                 "generated random draws in kernels do not compute on " << dtype_name(t.dtype())
+                                                                        << " tensors yet (eager mode does)");
     };
     for (const Value& v : p.call.args)
       if (v.is_tensor && v.tensor.defined()) refuse_half(v.tensor);

@@ -20,6 +20,12 @@ std::string prim_expr(const OpCall& c, DType result, const NameFn& name, unsigne
 // Booleans are bytes in memory and ints in registers (see render in codegen.cpp).
 std::string memory_type(DType t);
 std::string local_type(DType t);
+// bf16 and f16 in a kernel (tensor/half.inc's conversions): a value of type t
+// loaded from its bits into float, rounded to t as eager mode stores it (and
+// held in float), and stored as its bits.  Other types pass through as they are.
+std::string load_value(DType t, const std::string& e);
+std::string round_value(DType t, const std::string& e);
+std::string store_value(DType t, const std::string& e);
 // `const T* in_x = (const T*)args[k];` for each input, then each output's pointer.
 void emit_pointers(std::ostream& os, const BoundSymbol& f, const NameFn& name);
 

@@ -24,7 +24,10 @@
 //       ...
 //       VOLT_COLS(j, 7LL, ) { ... out_v5[i] = v5; }   // the last pass: the outputs
 //
-// Sums of floating values accumulate in f64, as the eager kernels' do.
+// Sums of floating values accumulate in f64, as the eager kernels' do.  bf16
+// and f16 values (an autocast's converts around a LayerNorm or a softmax) are
+// loaded into float, rounded after each prim and stored as bits, as in the
+// elementwise kernels.
 #include <algorithm>
 #include <sstream>
 #include <unordered_map>
@@ -41,7 +44,8 @@ bool is_row_reduction(const BoundSymbol& p) {
   if (op != OpId::sum && op != OpId::amax && op != OpId::amin) return false;
   if (p.call.args.empty() || !p.call.args[0].is_tensor) return false;
   const Tensor& in = p.call.args[0].tensor;
-  // bf16/f16 reductions run eagerly (computing in f32): row kernels do not take 16-bit types yet.
+  // bf16/f16 reductions run eagerly (computing in f32): a row kernel reduces
+  // f32 or f64 only (its elementwise prims may read and make bf16/f16).
   if (!in.defined() || in.dim() == 0 || !is_floating(in.dtype()) || is_half(in.dtype()) || in.sizes().back() < 1)
     return false;
   const auto& dims = p.call.attrs.ints;
@@ -137,8 +141,9 @@ class RowRenderer {
     os_ << "  VOLT_ROWS(r) {\n";
     for (const Tensor& in : f_.fusion_inputs)
       if (row(in))
-        os_ << "    const " << local_type(in.dtype()) << " " << name_(in) << " = in_" << name_(in) << "["
-            << index_expr(padded(in.sizes()), R_.row_shape, "r") << "];\n";
+        os_ << "    const " << local_type(in.dtype()) << " " << name_(in) << " = "
+            << load_value(in.dtype(), "in_" + name_(in) + "[" + index_expr(padded(in.sizes()), R_.row_shape, "r") + "]")
+            << ";\n";
     emit_row_prims(0);
     int last = -1;  // the pass that writes the element outputs
     for (const Tensor& o : f_.outputs)
@@ -167,7 +172,10 @@ class RowRenderer {
     const Tensor& out = p.outputs[0];
     const std::string e = p.call.op == OpId::expand ? name_(p.call.args[0].tensor)
                                                     : prim_expr(p.call, out.dtype(), name_, shift_);
-    return "const " + local_type(out.dtype()) + " " + name_(out) + " = (" + dtype_c_type(out.dtype()) + ")" + e + ";";
+    // A bf16/f16 value is held in float, rounded as eager mode stores it.
+    const std::string typed = is_half(out.dtype()) ? round_value(out.dtype(), "(float)" + e)
+                                                   : "(" + std::string(dtype_c_type(out.dtype())) + ")" + e;
+    return "const " + local_type(out.dtype()) + " " + name_(out) + " = " + typed + ";";
   }
 
   // The row prims (not reductions) that become computable after pass k - 1, in order.
@@ -179,7 +187,8 @@ class RowRenderer {
     }
   }
   void store_row(const Tensor& v) {
-    if (outputs_.count(id_of(v))) os_ << "    VOLT_ONCE out_" << name_(v) << "[r] = " << name_(v) << ";\n";
+    if (outputs_.count(id_of(v)))
+      os_ << "    VOLT_ONCE out_" << name_(v) << "[r] = " << store_value(v.dtype(), name_(v)) << ";\n";
   }
 
   // Pass k: the element values its reductions read (and, in the last pass,
@@ -219,8 +228,8 @@ class RowRenderer {
     os_ << "      long long i = r * " << len << " + j;\n";
     for (const Tensor& in : f_.fusion_inputs)
       if (!row(in) && need.count(id_of(in)))
-        os_ << "      const " << local_type(in.dtype()) << " " << name_(in) << " = in_" << name_(in) << "["
-            << element_index(in.sizes()) << "];\n";
+        os_ << "      const " << local_type(in.dtype()) << " " << name_(in) << " = "
+            << load_value(in.dtype(), "in_" + name_(in) + "[" + element_index(in.sizes()) + "]") << ";\n";
     for (const BoundSymbol* p : body) os_ << "      " << define(*p) << "\n";
     for (const BoundSymbol* p : reductions) {
       const std::string acc = "acc_" + name_(p->outputs[0]), v = name_(p->call.args[0].tensor);
@@ -229,7 +238,7 @@ class RowRenderer {
     }
     if (writes_outputs)
       for (const Tensor& o : f_.outputs)
-        if (!row(o)) os_ << "      out_" << name_(o) << "[i] = " << name_(o) << ";\n";
+        if (!row(o)) os_ << "      out_" << name_(o) << "[i] = " << store_value(o.dtype(), name_(o)) << ";\n";
     os_ << "    }\n";
     for (const BoundSymbol* p : reductions) {
       const Tensor& out = p->outputs[0];

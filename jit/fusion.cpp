@@ -93,7 +93,6 @@ struct Group {
   const FusionExecutor* fu;
   Shape shape;
   bool rows = false;
-  bool half = false;  // a member reads or makes a bf16/f16 value
   std::vector<size_t> members;
   std::unordered_set<int64_t> made;
 };
@@ -112,18 +111,11 @@ std::vector<Group> form_groups(std::vector<BoundSymbol>& bsyms, std::vector<int>
   std::unordered_map<int64_t, size_t> producer;  // value id -> index of the bound symbol making it
   for (size_t i = 0; i < bsyms.size(); ++i)
     for (const Tensor& o : bsyms[i].outputs) producer[id_of(o)] = i;
-  // Row kernels do not compute on bf16/f16 yet (jit/codegen.cpp): a row group
-  // takes no prim that touches one (an autocast's convert from bf16 before a
-  // softmax stays in an elementwise kernel of its own).
-  auto touches_half = [](const BoundSymbol& b) {
-    for (const Tensor& t : tensor_args(b))
-      if (is_half(t.dtype())) return true;
-    for (const Tensor& o : b.outputs)
-      if (is_half(o.dtype())) return true;
-    return false;
-  };
+  // A row group takes bf16/f16 prims too (an autocast's convert of a
+  // LayerNorm's output to bf16, or from bf16 before a softmax): the row kernel
+  // loads, rounds and stores them as the elementwise one does (its reductions
+  // read f32 or f64 only: is_row_reduction).
   auto fits = [&](const Group& G, const BoundSymbol& b) {
-    if ((G.rows || is_row_reduction(b)) && (G.half || touches_half(b))) return false;
     const Shape& out = b.outputs[0].sizes();
     if (is_row_reduction(b)) return G.shape == b.call.args[0].tensor.sizes();
     if (b.call.op == OpId::expand) return G.rows && out == G.shape;
@@ -163,12 +155,11 @@ std::vector<Group> form_groups(std::vector<BoundSymbol>& bsyms, std::vector<int>
     if (chosen < 0) chosen = find_group(bsyms[i], fu);
     if (chosen < 0) {
       const bool red = is_row_reduction(bsyms[i]);
-      groups.push_back({i, fu, red ? bsyms[i].call.args[0].tensor.sizes() : bsyms[i].outputs[0].sizes(), false, false, {}, {}});
+      groups.push_back({i, fu, red ? bsyms[i].call.args[0].tensor.sizes() : bsyms[i].outputs[0].sizes(), false, {}, {}});
       chosen = static_cast<int>(groups.size()) - 1;
     }
     Group& G = groups[static_cast<size_t>(chosen)];
     G.rows = G.rows || is_row_reduction(bsyms[i]);
-    G.half = G.half || touches_half(bsyms[i]);
     G.members.push_back(i);
     for (const Tensor& o : bsyms[i].outputs) G.made.insert(id_of(o));
     group_of[i] = chosen;
