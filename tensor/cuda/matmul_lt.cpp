@@ -7,9 +7,10 @@
 //   and db = the sum of g's rows in one call, where the plain path runs a
 //   reduction kernel after the GEMM;
 // - linear's bias and then ReLU or GELU (RELU_BIAS, GELU_BIAS; GELU_AUX_BIAS
-//   also writes the pre-activation, which GELU's backward reads), where the
-//   jit's trace has a linear followed by the activation
-//   (jit/cuda/lt_epilogue.cpp).  cuBLASLt's GELU is the tanh approximation.
+//   also writes the pre-activation, which GELU's backward reads), for a
+//   caller with a linear followed by the activation.  cuBLASLt's GELU is the
+//   tanh approximation.  No jit pass claims these yet: the seed MLP's ReLU
+//   shares its fused region with the dropout, and the GPT's GELU is erf's.
 //
 // f32 (compute 32F, or 32F_FAST_TF32 with allow_tf32) and bf16/f16: A, B and
 // D in the 16-bit type, compute and scale type f32, the product accumulated
