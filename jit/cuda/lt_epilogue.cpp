@@ -12,10 +12,13 @@
 //   (t80, t81) = cublas_matmul_bias_grad(t76, t31)
 //
 // whose GEMM writes the bias's gradient from its epilogue.  It applies to
-// 2-D f32 CUDA operands, where cuBLASLt could be opened; a shape cuBLASLt's
-// heuristic has no algorithm for runs as the two calls it replaced.  Its
-// numbers are the sum over the batch either way, in another order of
-// summation than the reduction kernel's.  (The forward's bias needs no pass:
+// 2-D CUDA operands of one dtype, f32, bf16 or f16 (under autocast the
+// layer's gradient g is 16-bit, and so are its weight's and bias's gradients
+// before their casts back to f32), where cuBLASLt could be opened; a shape
+// cuBLASLt's heuristic has no algorithm for runs as the two calls it
+// replaced.  Its numbers are the sum over the batch either way (16-bit: in
+// f32, rounded once), in another order of summation than the reduction
+// kernel's.  (The forward's bias needs no pass:
 // cublas_linear puts it in the GEMM's epilogue itself.)
 #include <unordered_map>
 #include <unordered_set>
@@ -33,14 +36,16 @@ namespace vc = volt::cuda;
 
 namespace {
 
-bool f32_cuda_2d(const Tensor& t) { return t.defined() && t.dim() == 2 && t.dtype() == DType::f32 && t.device().is_cuda(); }
+bool lt_cuda_2d(const Tensor& t) {
+  return t.defined() && t.dim() == 2 && (t.dtype() == DType::f32 || is_half(t.dtype())) && t.device().is_cuda();
+}
 
 // g (m, n), x (m, k) -> (g^T x (n, k), g summed over its rows (n)).
 std::vector<Tensor> bias_grad_impl(const std::vector<Value>& args) {
   const Tensor& g = args.at(0).tensor;
   const Tensor& x = args.at(1).tensor;
-  Tensor dw = Tensor::empty({g.size(1), x.size(1)}, DType::f32, g.device());
-  Tensor db = Tensor::empty({g.size(1)}, DType::f32, g.device());
+  Tensor dw = Tensor::empty({g.size(1), x.size(1)}, g.dtype(), g.device());
+  Tensor db = Tensor::empty({g.size(1)}, g.dtype(), g.device());
   if (vc::cublaslt_matmul_bias_grad(g, x, dw, db)) return {dw, db};
   return {volt::matmul(g.t(), x), volt::sum(g, {0})};
 }
@@ -50,10 +55,12 @@ std::vector<TensorMeta> bias_grad_meta(const std::vector<Value>& args) {
              "expected (g, x), two tensors");
   const Tensor& g = args[0].tensor;
   const Tensor& x = args[1].tensor;
-  VOLT_CHECK(f32_cuda_2d(g) && f32_cuda_2d(x) && g.device() == x.device() && g.size(0) == x.size(0),
+  VOLT_CHECK(lt_cuda_2d(g) && lt_cuda_2d(x) && g.dtype() == x.dtype() && g.device() == x.device() &&
+                 g.size(0) == x.size(0),
              "cublas_matmul_bias_grad",
-             "expected g (m, n) and x (m, k), f32 on one CUDA device, got " << g.meta_str() << " and " << x.meta_str());
-  return {{{g.size(1), x.size(1)}, DType::f32, g.device()}, {{g.size(1)}, DType::f32, g.device()}};
+             "expected g (m, n) and x (m, k) of one dtype (f32, bf16 or f16) on one CUDA device, got "
+                 << g.meta_str() << " and " << x.meta_str());
+  return {{{g.size(1), x.size(1)}, g.dtype(), g.device()}, {{g.size(1)}, g.dtype(), g.device()}};
 }
 
 const Symbol& bias_grad_symbol() {
@@ -68,11 +75,11 @@ bool is_cublas_matmul(const BoundSymbol& b) {
          b.call.args[0].is_tensor && b.call.args[1].is_tensor;
 }
 
-// sum(g, (0,)) of a 2-D f32 CUDA g into a vector.
+// sum(g, (0,)) of a 2-D CUDA g into a vector of g's dtype.
 bool is_batch_sum(const BoundSymbol& b) {
   return !b.is_fusion() && b.call.op == OpId::sum && b.outputs.size() == 1 && !b.call.args.empty() &&
-         b.call.args[0].is_tensor && f32_cuda_2d(b.call.args[0].tensor) && b.call.attrs.ints == std::vector<int64_t>{0} &&
-         !b.call.attrs.flag;
+         b.call.args[0].is_tensor && lt_cuda_2d(b.call.args[0].tensor) && b.call.attrs.ints == std::vector<int64_t>{0} &&
+         !b.call.attrs.flag && b.outputs[0].dtype() == b.call.args[0].tensor.dtype();
 }
 
 bool is_transpose_of(const BoundSymbol& b, int64_t g) {
@@ -108,7 +115,9 @@ void bias_grad_pass(std::vector<Trace>& traces) {
     const Tensor& gt = m.call.args[0].tensor;
     const Tensor& x = m.call.args[1].tensor;
     auto d = def.find(id_of(gt));
-    if (d == def.end() || !f32_cuda_2d(x) || !f32_cuda_2d(m.outputs[0])) continue;
+    if (d == def.end() || !lt_cuda_2d(x) || !lt_cuda_2d(m.outputs[0]) || x.dtype() != gt.dtype() ||
+        m.outputs[0].dtype() != gt.dtype())
+      continue;
     const BoundSymbol& perm = t.bsyms[d->second];
     if (perm.call.op != OpId::permute || perm.is_fusion() || perm.call.args.empty() || !perm.call.args[0].is_tensor)
       continue;

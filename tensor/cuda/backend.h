@@ -90,11 +90,18 @@ void half_bounds(DType t, double lo, double hi, float& bottom, float& top);
 // matmul and linear through cuBLAS (tensor/cuda/matmul.cpp).
 void cublas_matmul(const Tensor& a, const Tensor& b, const Tensor& out);
 void cublas_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out);
-// x (m, k) W^T + bias into out in one cuBLASLt call (f32, 2-D, bias in the
-// epilogue); false where cuBLASLt is absent or the case is not one it takes.
-bool cublaslt_linear_bias(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out);
+// What cuBLASLt's epilogue applies after linear's bias: nothing, ReLU, or
+// GELU's tanh approximation (gelu(x, "tanh")).
+enum class LtActivation { none, relu, gelu_tanh };
+// act(x (m, k) W^T + bias) into out in one cuBLASLt call (f32, bf16 or f16,
+// all of one dtype, 2-D, the bias in the epilogue); with `pre` (GELU only)
+// also x W^T + bias, rounded to out's dtype, into pre.  False where cuBLASLt
+// is absent or the case is not one it takes.
+bool cublaslt_linear_bias(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
+                          LtActivation act = LtActivation::none, const Tensor* pre = nullptr);
 // dw (n, k) = g^T x and db (n) = g summed over its rows, for g (m, n) and
-// x (m, k), in one cuBLASLt call (f32, BGRADB); false as above.
+// x (m, k), in one cuBLASLt call (f32, bf16 or f16, BGRADB; db of dw's
+// dtype, the sums in f32 rounded once); false as above.
 bool cublaslt_matmul_bias_grad(const Tensor& g, const Tensor& x, const Tensor& dw, const Tensor& db);
 
 }  // namespace volt::cuda

@@ -1,15 +1,24 @@
-// cudasim: the cuBLASLt calls volt makes (tensor/cuda/matmul_lt.cpp): f32
-// matrices, f32 scale, compute type 32F or 32F_FAST_TF32, the ops of A and B,
-// and the DEFAULT, BIAS (a bias of D's rows, broadcast along its columns) or
-// BGRADB epilogue (the sums of op(B) over the inner dimension, one per column
-// of D, written to the bias pointer).  The product is summed in double, as the plain GEMMs of
-// cublas.cpp are, and alpha * product + beta * C + bias rounded once, so a
-// linear with its bias in the epilogue has the bits of the plain path (bias
-// copied into the output, then the GEMM added with beta = 1).  Anything else
-// volt does not ask for is CUBLAS_STATUS_NOT_SUPPORTED.
+// cudasim: the cuBLASLt calls volt makes (tensor/cuda/matmul_lt.cpp): A, B,
+// C and D all f32, bf16 or f16, f32 scale, compute type 32F (or
+// 32F_FAST_TF32 for f32), the ops of A and B, and the epilogues DEFAULT, BIAS
+// (a bias of D's rows, broadcast along its columns), RELU_BIAS, GELU_BIAS and
+// GELU_AUX_BIAS (bias, then ReLU or GELU's tanh approximation; the _AUX form
+// also stores the pre-activation at the aux pointer, laid out as D with
+// EPILOGUE_AUX_LD), and BGRADB (the sums of op(B) over the inner dimension,
+// one per column of D, written to the bias pointer).  The bias, the bias
+// gradient and the aux matrix are of D's type, cuBLASLt's default.  f32: the
+// product summed in double, as the plain GEMMs of cublas.cpp are, and
+// alpha * product + beta * C + bias rounded once, so a linear with its bias
+// in the epilogue has the bits of the plain path (bias copied into the
+// output, then the GEMM added with beta = 1).  bf16/f16: the 16-bit values
+// multiplied and summed in float and the result (activation included)
+// rounded once into D, as cublas.cpp's Ex GEMMs, so again the plain path's
+// bits.  Anything else volt does not ask for is CUBLAS_STATUS_NOT_SUPPORTED.
 #include "sim.h"
 
 #include <cublasLt.h>
+
+#include <volt/tensor/half.h>
 
 #include <cmath>
 #include <cstring>
@@ -23,6 +32,8 @@ struct SimLtDesc {
   cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;
+  void* aux = nullptr;
+  int64_t aux_ld = 0;
 };
 struct SimLtLayout {
   cudaDataType type;
@@ -50,20 +61,57 @@ size_t extent(const SimLtLayout* l) { return (size_t(l->cols) - 1) * size_t(l->l
 bool shapes(const SimLtDesc* d, const SimLtLayout* a, const SimLtLayout* b, const SimLtLayout* c,
             const SimLtLayout* dl, uint64_t& m, uint64_t& n, uint64_t& k) {
   if (!d || !a || !b || !dl) return false;
+  const cudaDataType t = dl->type;
+  if (t != CUDA_R_32F && t != CUDA_R_16BF && t != CUDA_R_16F) return false;
+  if (t != CUDA_R_32F && d->compute != CUBLAS_COMPUTE_32F) return false;
   for (const SimLtLayout* l : {a, b, dl})
-    if (l->type != CUDA_R_32F || l->ld < static_cast<int64_t>(std::max<uint64_t>(1, l->rows))) return false;
+    if (l->type != t || l->ld < static_cast<int64_t>(std::max<uint64_t>(1, l->rows))) return false;
   const uint64_t am = d->ta == CUBLAS_OP_N ? a->rows : a->cols, ak = d->ta == CUBLAS_OP_N ? a->cols : a->rows;
   const uint64_t bk = d->tb == CUBLAS_OP_N ? b->rows : b->cols, bn = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
   if (ak != bk || am != dl->rows || bn != dl->cols) return false;
-  if (c && (c->rows != dl->rows || c->cols != dl->cols || c->type != CUDA_R_32F)) return false;
+  if (c && (c->rows != dl->rows || c->cols != dl->cols || c->type != t)) return false;
+  if (d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS && d->aux_ld < static_cast<int64_t>(std::max<uint64_t>(1, am)))
+    return false;
   m = am, n = bn, k = ak;
   return true;
 }
 
 bool supported(const SimLtDesc* d) {
-  return d && d->scale == CUDA_R_32F && (d->compute == CUBLAS_COMPUTE_32F || d->compute == CUBLAS_COMPUTE_32F_FAST_TF32) &&
-         (d->epilogue == CUBLASLT_EPILOGUE_DEFAULT || d->epilogue == CUBLASLT_EPILOGUE_BIAS ||
-          d->epilogue == CUBLASLT_EPILOGUE_BGRADB);
+  if (!d || d->scale != CUDA_R_32F || (d->compute != CUBLAS_COMPUTE_32F && d->compute != CUBLAS_COMPUTE_32F_FAST_TF32))
+    return false;
+  switch (d->epilogue) {
+    case CUBLASLT_EPILOGUE_DEFAULT:
+    case CUBLASLT_EPILOGUE_BIAS:
+    case CUBLASLT_EPILOGUE_RELU_BIAS:
+    case CUBLASLT_EPILOGUE_GELU_BIAS:
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+    case CUBLASLT_EPILOGUE_BGRADB: return true;
+    default: return false;
+  }
+}
+
+size_t type_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
+
+// Element i of a matrix or vector of type t, as double; a value rounded once into one.
+double load(const void* p, cudaDataType t, size_t i) {
+  const uint16_t* h = static_cast<const uint16_t*>(p);
+  if (t == CUDA_R_16BF) return volt::BF16{h[i]}.to_float();
+  if (t == CUDA_R_16F) return volt::F16{h[i]}.to_float();
+  return static_cast<const float*>(p)[i];
+}
+void store(void* p, cudaDataType t, size_t i, double v) {
+  const float f = static_cast<float>(v);
+  if (t == CUDA_R_16BF) static_cast<uint16_t*>(p)[i] = volt::BF16::from_float(f).bits;
+  else if (t == CUDA_R_16F) static_cast<uint16_t*>(p)[i] = volt::F16::from_float(f).bits;
+  else static_cast<float*>(p)[i] = f;
+}
+
+// The epilogue's activation (GELU: the tanh approximation).
+double activate(cublasLtEpilogue_t e, double v) {
+  if (e == CUBLASLT_EPILOGUE_RELU_BIAS) return v > 0 ? v : 0.0;
+  if (e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+    return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+  return v;
 }
 
 }  // namespace
@@ -115,6 +163,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
       break;
     }
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: ok = set_from(buf, bytes, d->bias); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: ok = set_from(buf, bytes, d->aux); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: ok = set_from(buf, bytes, d->aux_ld); break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
@@ -194,41 +244,71 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       (workspace_bytes && !workspace))
     return CUBLAS_STATUS_INVALID_VALUE;
   const float al_v = *static_cast<const float*>(alpha), be_v = *static_cast<const float*>(beta);
-  const bool bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS, bgrad = d->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+  const cublasLtEpilogue_t e = d->epilogue;
+  const bool bgrad = e == CUBLASLT_EPILOGUE_BGRADB, gelu_aux = e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool bias = e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS ||
+                    e == CUBLASLT_EPILOGUE_GELU_BIAS || gelu_aux;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-  if ((k > 0 && (!within_allocation(A, extent(la) * 4) || !within_allocation(B, extent(lb) * 4))) ||
-      !within_allocation(D, extent(ld) * 4) || (be_v != 0 && (!C || !lc || !within_allocation(C, extent(lc) * 4))) ||
-      (bias && (!d->bias || !within_allocation(d->bias, m * 4))) ||
-      (bgrad && (!d->bias || !within_allocation(d->bias, n * 4))))
+  const cudaDataType t = ld->type;
+  const size_t w = type_bytes(t);
+  if ((k > 0 && (!within_allocation(A, extent(la) * w) || !within_allocation(B, extent(lb) * w))) ||
+      !within_allocation(D, extent(ld) * w) || (be_v != 0 && (!C || !lc || !within_allocation(C, extent(lc) * w))) ||
+      (bias && (!d->bias || !within_allocation(d->bias, m * w))) ||
+      (bgrad && (!d->bias || !within_allocation(d->bias, n * w))) ||
+      (gelu_aux && (!d->aux || !within_allocation(d->aux, ((n - 1) * size_t(d->aux_ld) + m) * w))))
     return CUBLAS_STATUS_INVALID_VALUE;
-  const bool tf32 = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+  const bool tf32 = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32, f32 = t == CUDA_R_32F;
   const cublasOperation_t ta = d->ta, tb = d->tb;
-  const int64_t lda = la->ld, ldb = lb->ld, ldc = lc ? lc->ld : 0, ldd = ld->ld;
-  const float *a = static_cast<const float*>(A), *b = static_cast<const float*>(B), *c = static_cast<const float*>(C),
-              *bv = static_cast<const float*>(d->bias);
-  float* out = static_cast<float*>(D);
+  const int64_t lda = la->ld, ldb = lb->ld, ldc = lc ? lc->ld : 0, ldd = ld->ld, ldx = d->aux_ld;
+  const void *a = A, *b = B, *c = C, *bv = d->bias;
+  void *out = D, *aux = d->aux;
+  static const char* const kNames[] = {"", " epilogue=BIAS", " epilogue=RELU_BIAS", " epilogue=GELU_BIAS",
+                                       " epilogue=GELU_AUX_BIAS", " epilogue=BGRADB"};
+  const int name = e == CUBLASLT_EPILOGUE_BIAS        ? 1
+                   : e == CUBLASLT_EPILOGUE_RELU_BIAS ? 2
+                   : e == CUBLASLT_EPILOGUE_GELU_BIAS ? 3
+                   : gelu_aux                         ? 4
+                   : bgrad                            ? 5
+                                                      : 0;
   std::string what = "cuBLASLt matmul m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                     (bias ? " epilogue=BIAS" : bgrad ? " epilogue=BGRADB" : "");
+                     (f32 ? "" : t == CUDA_R_16BF ? " bf16" : " f16") + kNames[name];
   enqueue(stream, what, [=] {
-    auto op = [&](float v) { return tf32 ? to_tf32(v) : double(v); };
+    // f32: double sums of the operands (TF32-rounded in that mode); 16-bit:
+    // float sums of the 16-bit values, as cuBLAS's compute type 32F.
+    auto op = [&](double v) { return tf32 ? to_tf32(static_cast<float>(v)) : v; };
     for (uint64_t j = 0; j < n; ++j)
       for (uint64_t i = 0; i < m; ++i) {
         double acc = 0;
+        float facc = 0;
         for (uint64_t p = 0; p < k; ++p) {
-          const float x = ta == CUBLAS_OP_N ? a[i + p * lda] : a[p + i * lda];
-          const float y = tb == CUBLAS_OP_N ? b[p + j * ldb] : b[j + p * ldb];
-          acc += op(x) * op(y);
+          const double x = load(a, t, ta == CUBLAS_OP_N ? i + p * lda : p + i * lda);
+          const double y = load(b, t, tb == CUBLAS_OP_N ? p + j * ldb : j + p * ldb);
+          if (f32) acc += op(x) * op(y);
+          else facc += static_cast<float>(x) * static_cast<float>(y);
         }
-        double r = double(al_v) * acc + (be_v == 0.0f ? 0.0 : double(be_v) * double(c[i + j * ldc]));
-        if (bias) r += double(bv[i]);
-        out[i + j * ldd] = static_cast<float>(r);
+        double r;
+        if (f32) {
+          r = double(al_v) * acc + (be_v == 0.0f ? 0.0 : double(be_v) * load(c, t, i + j * ldc));
+          if (bias) r += load(bv, t, i);
+        } else {
+          float fr = al_v * facc + (be_v == 0.0f ? 0.0f : be_v * static_cast<float>(load(c, t, i + j * ldc)));
+          if (bias) fr += static_cast<float>(load(bv, t, i));
+          r = fr;
+        }
+        if (gelu_aux) store(aux, t, i + j * ldx, r);
+        store(out, t, i + j * ldd, activate(e, r));
       }
     if (bgrad) {  // column j of op(B), summed over the inner dimension
-      float* db = static_cast<float*>(const_cast<void*>(static_cast<const void*>(bv)));
+      void* db = const_cast<void*>(bv);
       for (uint64_t j = 0; j < n; ++j) {
         double acc = 0;
-        for (uint64_t p = 0; p < k; ++p) acc += tb == CUBLAS_OP_N ? b[p + j * ldb] : b[j + p * ldb];
-        db[j] = static_cast<float>(acc);
+        float facc = 0;
+        for (uint64_t p = 0; p < k; ++p) {
+          const double y = load(b, t, tb == CUBLAS_OP_N ? p + j * ldb : j + p * ldb);
+          if (f32) acc += y;
+          else facc += static_cast<float>(y);
+        }
+        store(db, t, j, f32 ? acc : double(facc));
       }
     }
   });
