@@ -183,15 +183,18 @@ int run(const Options& o) {
   for (const std::string& device : o.devices)
     for (const std::string& mode : o.modes) {
       if (device == "cuda" && (!cuda::is_available() || mode == "lazy")) continue;  // the lazy cell: cpu only
-      if (!o.json) std::fprintf(stderr, "volt_bench: gpt %s %s batch %lld\n", mode.c_str(), device.c_str(), (long long)o.batch);
-      cells.push_back(run_cell(mode, device, o));
+      if (!o.amp_only) {
+        if (!o.json) std::fprintf(stderr, "volt_bench: gpt %s %s batch %lld\n", mode.c_str(), device.c_str(), (long long)o.batch);
+        cells.push_back(run_cell(mode, device, o));
+      }
       if (o.amp.empty()) continue;
       if (!o.json) std::fprintf(stderr, "volt_bench: gpt %s+%s %s batch %lld\n", mode.c_str(), o.amp.c_str(), device.c_str(), (long long)o.batch);
       cells.push_back(run_cell(mode + "+" + o.amp, device, o));
     }
   if (!o.libtorch.empty()) {
     if (!o.json) std::fprintf(stderr, "volt_bench: running %s --model gpt\n", o.libtorch.c_str());
-    for (const Cell& c : run_libtorch(o, false)) cells.push_back(c);
+    if (!o.amp_only)
+      for (const Cell& c : run_libtorch(o, false)) cells.push_back(c);
     if (o.amp == "bf16")  // LibTorch's CPU autocast takes bf16 only
       for (const Cell& c : run_libtorch(o, true)) cells.push_back(c);
   }

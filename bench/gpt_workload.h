@@ -20,6 +20,7 @@ struct Options {
   bool json = false;
   std::string libtorch;  // the libtorch_bench binary, "" to skip the baseline
   std::string amp;       // bf16 or f16: every mode again with autocast ("jit+bf16"), "" none
+  bool amp_only = false; // with amp: the autocast cells alone
 };
 
 // Runs every mode on every device, then the baseline, and prints the table

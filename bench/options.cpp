@@ -61,6 +61,9 @@ ParsedArgs parse_command_line(int argc, const char* const* argv) {
                  "\"jit+bf16\"; volt::AutocastGuard, StepOptions::autocast), and LibTorch's\n"
                  "CPU autocast for bf16")
       ->type_name("TYPE")->check(cli::one_of({"bf16", "f16"}));
+  app.add_flag("--amp-only", o.amp_only,
+               "with --amp: run the autocast cells alone (volt's, and LibTorch's bf16 one),\n"
+               "without the f32 cells, e.g. to profile them");
   app.add_flag("--busy", o.busy, "also run an eager cell with 1 and 2 threads while 2 busy processes compete");
   app.add_flag("--epoch", o.epoch, "with --data-dir: time a full epoch per mode and batch (the example's loop)");
   app.add_flag("--json", o.json, "print one JSON array instead of tables");
@@ -91,6 +94,7 @@ ParsedArgs parse_command_line(int argc, const char* const* argv) {
   }
   if (o.epoch && o.data_dir.empty()) return usage("--epoch needs --data-dir");
   if (!o.amp.empty() && o.model != "mlp" && o.model != "gpt") return usage("--amp: for --model mlp or gpt");
+  if (o.amp_only && o.amp.empty()) return usage("--amp-only needs --amp");
   if (o.smoke) {
     if (app.count("--steps") == 0) o.steps = 2;
     if (o.warmup < 0) o.warmup = 1;

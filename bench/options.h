@@ -31,6 +31,7 @@ struct Options {
   bool epoch = false;          // a full MNIST epoch per mode and batch (needs --data-dir)
   std::string model = "mlp";   // mlp: the matrix below; cnn: bench/cnn_workload.h
   std::string amp;             // bf16 or f16: every mode again under autocast ("jit+bf16"); "" none
+  bool amp_only = false;       // with amp: the autocast cells alone (to profile them)
   bool batches_given = false, modes_given = false;
 };
 

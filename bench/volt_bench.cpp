@@ -404,6 +404,7 @@ int run_gpt(const Options& o) {
   g.threads = cpu::num_threads();
   g.json = o.json;
   g.amp = o.amp;
+  g.amp_only = o.amp_only;
   if (!o.no_libtorch) {
     std::string path = o.libtorch;
     if (path.empty()) path = (std::filesystem::path(self_path()).parent_path() / "libtorch_bench").string();
@@ -454,9 +455,11 @@ int main(int argc, char** argv) {
       for (int64_t batch : o.batches) {
         auto batches = mnist ? mnist_batches(*mnist, batch, device) : synthetic_batches(batch, device);
         for (const auto& mode : o.modes) {
-          if (!o.json) std::fprintf(stderr, "volt_bench: %s %s batch %lld\n", mode.c_str(),
-                                    device.str().c_str(), (long long)batch);
-          for (Cell& c : run_cell(mode, device, batch, batches, o, metrics)) cells.push_back(c);
+          if (!o.amp_only) {
+            if (!o.json) std::fprintf(stderr, "volt_bench: %s %s batch %lld\n", mode.c_str(),
+                                      device.str().c_str(), (long long)batch);
+            for (Cell& c : run_cell(mode, device, batch, batches, o, metrics)) cells.push_back(c);
+          }
           if (o.amp.empty()) continue;
           if (!o.json) std::fprintf(stderr, "volt_bench: %s+%s %s batch %lld\n", mode.c_str(), o.amp.c_str(),
                                     device.str().c_str(), (long long)batch);
@@ -474,7 +477,8 @@ int main(int argc, char** argv) {
         std::string cmd = "'" + path + "'";
         if (!o.eval) cmd += " --no-eval";
         cmd += " --threads " + std::to_string(cpu::num_threads());
-        for (Cell& c : run_baseline(cmd, o)) cells.push_back(c);
+        if (!o.amp_only)
+          for (Cell& c : run_baseline(cmd, o)) cells.push_back(c);
         // LibTorch's CPU autocast (at::autocast::set_cpu_enabled) takes bf16 only.
         if (o.amp == "bf16")
           for (Cell& c : run_baseline(cmd + " --amp bf16", o)) cells.push_back(c);

@@ -1,10 +1,14 @@
 // Autocast's cast cache (tensor/autocast.h): an f32 parameter's bf16/f16 copy
-// made once per value of the parameter, not once per use and step.
+// made once per value of the parameter, not once per use and step.  Every
+// write of a copy bumps its version (mark_modified here, in Adam's pass and
+// after a compiled step's update), so the AMX GEMM keeps each copy packed
+// once per value (tensor/cpu/gemm_amx_weights.h).
 #include <mutex>
 #include <unordered_map>
 
 #include <volt/tensor/autocast.h>
 #include <volt/tensor/backend.h>
+#include <volt/tensor/cpu/gemm_amx_weights.h>
 
 namespace volt {
 
@@ -75,6 +79,7 @@ Tensor autocast_cached_value(const Tensor& t, DType low) {
       } else {
         e = Entry{};
         e.copy = run_prim(call).at(0);
+        cpu::amx_keep_packed(e.copy);
         ++g_inserts_since_prune;
       }
       e.param = t.impl_ptr();

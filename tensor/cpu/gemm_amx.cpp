@@ -300,14 +300,28 @@ void block(const uint16_t* ap, const uint16_t* bp, int64_t chunks, float* c, int
   for (int r = 0; r < rows; ++r) std::memcpy(c + r * ldc, tmp + r * NB, size_t(cols) * sizeof(float));
 }
 
+// B's block (columns j0.., nc of them; k0.., kc) into bp: its panels split
+// over threads.
+void pack_b_block(const BF16* b, int64_t j0, int64_t nc, int64_t k0, int64_t kc, int64_t brs, int64_t bcs,
+                  uint16_t* bp) {
+  const int64_t panels = (nc + NB - 1) / NB, chunks = (kc + kChunk - 1) / kChunk;
+  parallel_for(panels, 2, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q)
+      pack_b(b + k0 * brs + (j0 + q * NB) * bcs, int(std::min<int64_t>(NB, nc - q * NB)), kc, brs, bcs,
+             bp + q * chunks * kChunkElems);
+  });
+}
+
 // C (m, n) = A B: blocks of nc columns and kc along k; each block of B packed
-// once (split over threads by panel), then tasks of (32 rows, some panels),
-// each packing its rows of A.
+// once (split over threads by panel) or taken from `packed` (all of B's blocks
+// one after the other, in the order of these loops), then tasks of (32 rows,
+// some panels), each packing its rows of A.
 void gemm_tiles(const BF16* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const BF16* b, int64_t n, int64_t brs,
-                int64_t bcs, float* c, int64_t ldc) {
+                int64_t bcs, const uint16_t* packed, float* c, int64_t ldc) {
   const int64_t row_blocks = (m + MB - 1) / MB, kb = k_block(k);
   const int threads = num_threads();
   Buffer bbuf;
+  int64_t offset = 0;  // of this block in `packed`
   for (int64_t j0 = 0; j0 < n; j0 += kNc) {
     const int64_t nc = std::min(kNc, n - j0), panels = (nc + NB - 1) / NB;
     // Enough tasks for the threads to share when there are few row blocks.
@@ -316,12 +330,13 @@ void gemm_tiles(const BF16* a, int64_t m, int64_t k, int64_t ars, int64_t acs, c
     const int64_t col_tasks = (panels + per_task - 1) / per_task;
     for (int64_t k0 = 0; k0 < k; k0 += kb) {
       const int64_t kc = std::min(kb, k - k0), chunks = (kc + kChunk - 1) / kChunk;
-      uint16_t* bp = bbuf.get(panels * chunks * kChunkElems);
-      parallel_for(panels, 2, [&](int64_t q0, int64_t q1) {
-        for (int64_t q = q0; q < q1; ++q)
-          pack_b(b + k0 * brs + (j0 + q * NB) * bcs, int(std::min<int64_t>(NB, nc - q * NB)), kc, brs, bcs,
-                 bp + q * chunks * kChunkElems);
-      });
+      const uint16_t* bp = packed ? packed + offset : nullptr;
+      if (!packed) {
+        uint16_t* w = bbuf.get(panels * chunks * kChunkElems);
+        pack_b_block(b, j0, nc, k0, kc, brs, bcs, w);
+        bp = w;
+      }
+      offset += panels * chunks * kChunkElems;
       parallel_tasks(row_blocks * col_tasks, [&](int64_t task) {
         const int64_t i = task / col_tasks, q0 = task % col_tasks * per_task, q1 = std::min(panels, q0 + per_task);
         const int rows = int(std::min<int64_t>(MB, m - i * MB));
@@ -332,6 +347,26 @@ void gemm_tiles(const BF16* a, int64_t m, int64_t k, int64_t ars, int64_t acs, c
           block(ap, bp + q * chunks * kChunkElems, chunks, c + i * MB * ldc + j0 + q * NB, ldc, rows,
                 int(std::min<int64_t>(NB, nc - q * NB)), k0 > 0);
       });
+    }
+  }
+}
+
+// All of B packed, block after block as gemm_tiles reads them.
+void pack_all(const BF16* b, int64_t k, int64_t n, int64_t brs, int64_t bcs, AmxPackedB& out) {
+  const int64_t kb = k_block(k);
+  int64_t total = 0;
+  for (int64_t j0 = 0; j0 < n; j0 += kNc)
+    for (int64_t k0 = 0; k0 < k; k0 += kb)
+      total += (std::min(kNc, n - j0) + NB - 1) / NB * ((std::min(kb, k - k0) + kChunk - 1) / kChunk) * kChunkElems;
+  out.k = k, out.n = n, out.elems = total;
+  out.data.reset(static_cast<uint16_t*>(::operator new[](size_t(total) * 2, std::align_val_t(64))));
+  int64_t offset = 0;
+  for (int64_t j0 = 0; j0 < n; j0 += kNc) {
+    const int64_t nc = std::min(kNc, n - j0);
+    for (int64_t k0 = 0; k0 < k; k0 += kb) {
+      const int64_t kc = std::min(kb, k - k0);
+      pack_b_block(b, j0, nc, k0, kc, brs, bcs, out.data.get() + offset);
+      offset += (nc + NB - 1) / NB * ((kc + kChunk - 1) / kChunk) * kChunkElems;
     }
   }
 }
@@ -381,9 +416,34 @@ void gemm_amx(const BF16* a, int64_t m, int64_t k, int64_t ars, int64_t acs, con
               int64_t bcs, float* c, int64_t ldc) {
   VOLT_CHECK(amx_supported(), "gemm_bf16", "the amx path is not available: " << amx_unavailable_reason());
 #ifdef VOLT_AMX_X86
-  gemm_tiles(a, m, k, ars, acs, b, n, brs, bcs, c, ldc);
+  gemm_tiles(a, m, k, ars, acs, b, n, brs, bcs, nullptr, c, ldc);
 #else
   (void)a, (void)m, (void)k, (void)ars, (void)acs, (void)b, (void)n, (void)brs, (void)bcs, (void)c, (void)ldc;
+#endif
+}
+
+std::shared_ptr<const AmxPackedB> amx_pack_b(const BF16* b, int64_t k, int64_t n, int64_t brs, int64_t bcs) {
+  VOLT_CHECK(amx_supported(), "gemm_bf16", "the amx path is not available: " << amx_unavailable_reason());
+  VOLT_CHECK(k > 0 && n > 0, "gemm_bf16", "packs a B of k, n > 0, got " << k << " x " << n);
+  auto out = std::make_shared<AmxPackedB>();
+#ifdef VOLT_AMX_X86
+  pack_all(b, k, n, brs, bcs, *out);
+#else
+  (void)b, (void)brs, (void)bcs;
+#endif
+  return out;
+}
+
+void gemm_amx_packed(const BF16* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const AmxPackedB& b, float* c,
+                     int64_t ldc) {
+  VOLT_CHECK(amx_supported(), "gemm_bf16", "the amx path is not available: " << amx_unavailable_reason());
+  VOLT_CHECK(m > 0 && k == b.k && ldc >= b.n, "gemm_bf16",
+             "a packed B of k = " << b.k << ", n = " << b.n << " takes A (m > 0, k), ldc >= n; got m = " << m
+                                  << ", k = " << k << ", ldc = " << ldc);
+#ifdef VOLT_AMX_X86
+  gemm_tiles(a, m, k, ars, acs, nullptr, b.n, 0, 0, b.data.get(), c, ldc);
+#else
+  (void)a, (void)m, (void)ars, (void)acs, (void)c;
 #endif
 }
 

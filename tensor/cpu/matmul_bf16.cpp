@@ -1,35 +1,54 @@
 // matmul and linear on bf16 tensors through the bf16 GEMM (gemm_bf16.h): the
 // sums in f32 (the bias added in f32 too), each result rounded once to bf16,
 // as PyTorch computes them on the CPU; a matmul with its flag set
-// (out_dtype=f32) keeps the f32 sums.
+// (out_dtype=f32) keeps the f32 sums.  A B operand that is a kept weight
+// (gemm_amx_weights.h) is packed once per value on the AMX path.  The f32
+// sums of a bf16 result go through a buffer of the calling thread, kept
+// between calls (no tensor allocated per product).
+#include <algorithm>
+#include <vector>
+
+#include <volt/tensor/cpu/convert_bf16.h>
+#include <volt/tensor/cpu/gemm_amx_weights.h>
 #include <volt/tensor/cpu/gemm_bf16.h>
 #include <volt/tensor/cpu/half.h>
 #include <volt/tensor/cpu/kernels.h>
+#include <volt/tensor/cpu/loops.h>
+#include <volt/tensor/cpu/threads.h>
 
 namespace volt::cpu {
 namespace {
 
-// out (batch..., m, n) f32 = a (batch..., m, k) b (batch..., k, n), both bf16;
-// a vector a or b as matmul takes it (a (k) is (1, k), b (k) is (k, 1)).
-void batched(const Tensor& a0, const Tensor& b0, Tensor& out) {
+// C = A B as gemm_bf16, B lying in `bt`'s storage: packed once per value when
+// bt is a kept weight and the AMX path is in use.
+void product(const BF16* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const Tensor& bt, const BF16* b, int64_t n,
+             int64_t brs, int64_t bcs, float* c, int64_t ldc) {
+  if (m > 0 && k > 0 && n > 0 && bf16_gemm() == Bf16Gemm::amx)
+    if (const auto packed = amx_packed_weight(bt, b, k, n, brs, bcs))
+      return gemm_amx_packed(a, m, k, ars, acs, *packed, c, ldc);
+  gemm_bf16(a, m, k, ars, acs, b, n, brs, bcs, c, ldc);
+}
+
+// o (batch..., m, n) f32, contiguous = a (batch..., m, k) b (batch..., k, n),
+// both bf16, `out` giving the shape; a vector a or b as matmul takes it (a (k)
+// is (1, k), b (k) is (k, 1)).
+void batched(const Tensor& a0, const Tensor& b0, const Tensor& out, float* o) {
   const BatchedMatmul bm(a0, b0, out);
   const BF16* pa = static_cast<const BF16*>(bm.a.raw_data());
   const BF16* pb = static_cast<const BF16*>(bm.b.raw_data());
-  float* o = static_cast<float*>(out.raw_data());
   for (int64_t i = 0; i < bm.count(); ++i) {
     const auto [oa, ob] = bm.offsets(i);
-    gemm_bf16(pa + oa, bm.m, bm.k, bm.a.stride(-2), bm.a.stride(-1), pb + ob, bm.n, bm.b.stride(-2),
-              bm.b.stride(-1), o + i * bm.m * bm.n, bm.n);
+    product(pa + oa, bm.m, bm.k, bm.a.stride(-2), bm.a.stride(-1), bm.b, pb + ob, bm.n, bm.b.stride(-2),
+            bm.b.stride(-1), o + i * bm.m * bm.n, bm.n);
   }
 }
 
-// out (*, n) f32 = x (*, k) w^T (+ bias), x, w and bias bf16.
-void linear(const Tensor& x0, const Tensor& w, const Tensor* bias, Tensor& out) {
+// o (*, n) f32 = x (*, k) w^T (+ bias), x, w and bias bf16.
+void linear(const Tensor& x0, const Tensor& w, const Tensor* bias, float* o) {
   const Tensor x = x0.dim() == 2 ? x0 : x0.contiguous().reshape({-1, x0.size(-1)});
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
-  float* o = static_cast<float*>(out.raw_data());
-  gemm_bf16(static_cast<const BF16*>(x.raw_data()), m, k, x.stride(0), x.stride(1),
-            static_cast<const BF16*>(w.raw_data()), n, w.stride(1), w.stride(0), o, n);
+  product(static_cast<const BF16*>(x.raw_data()), m, k, x.stride(0), x.stride(1), w,
+          static_cast<const BF16*>(w.raw_data()), n, w.stride(1), w.stride(0), o, n);
   if (!bias) return;
   const Tensor b = bias->contiguous();
   const BF16* pb = static_cast<const BF16*>(b.raw_data());
@@ -37,18 +56,33 @@ void linear(const Tensor& x0, const Tensor& w, const Tensor* bias, Tensor& out) 
     for (int64_t j = 0; j < n; ++j) o[i * n + j] += pb[j].to_float();
 }
 
+// The calling thread's buffer for the f32 sums, grown as needed.
+float* sums_buffer(int64_t n) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
+}
+
 }  // namespace
 
 bool run_bf16_matmul(const OpCall& call, Tensor& out) {
   if (call.op == OpId::matmul && call.attrs.flag) {  // out_dtype=f32: the sums as they are
-    batched(call.args[0].tensor, call.args[1].tensor, out);
+    batched(call.args[0].tensor, call.args[1].tensor, out, static_cast<float*>(out.raw_data()));
     return true;
   }
   if (out.dtype() != DType::bf16) return false;
-  Tensor wide = Tensor::empty(out.sizes(), DType::f32, kCPU);
-  if (call.op == OpId::matmul) batched(call.args[0].tensor, call.args[1].tensor, wide);
-  else linear(call.args[0].tensor, call.args[1].tensor, call.args.size() == 3 ? &call.args[2].tensor : nullptr, wide);
-  convert_half(wide, out);
+  const int64_t numel = out.numel();
+  const bool plain = out.is_contiguous();  // else through an f32 tensor and convert_half
+  Tensor wide = plain ? Tensor() : Tensor::empty(out.sizes(), DType::f32, kCPU);
+  float* sums = plain ? sums_buffer(numel) : static_cast<float*>(wide.raw_data());
+  if (call.op == OpId::matmul) batched(call.args[0].tensor, call.args[1].tensor, out, sums);
+  else linear(call.args[0].tensor, call.args[1].tensor, call.args.size() == 3 ? &call.args[2].tensor : nullptr, sums);
+  if (!plain) {
+    convert_half(wide, out);
+    return true;
+  }
+  BF16* dst = static_cast<BF16*>(out.raw_data());
+  parallel_for(numel, kParallelGrain, [&](int64_t i0, int64_t i1) { f32_to_bf16(sums + i0, dst + i0, i1 - i0); });
   return true;
 }
 

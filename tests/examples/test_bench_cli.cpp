@@ -63,8 +63,10 @@ TEST_CASE("volt_bench's command line: the flags that test.sh, tests/gpu/check.sh
   CHECK(p.options.modes_given);
   CHECK(p.options.threads == 2);
   CHECK(p.options.amp == "bf16");
+  CHECK(!p.options.amp_only);
   CHECK(!p.options.eval);
   CHECK(p.options.warmup == 3);
+  CHECK(parse({"--amp", "bf16", "--amp-only"}).options.amp_only);
 
   p = parse({"--data-dir", "/tmp/mnist", "--epoch", "--busy", "--pytorch", "bench/pytorch_bench.py", "--libtorch",
              "/x/libtorch_bench", "--first-call", "8", "--first-call-device", "cpu"});
@@ -110,6 +112,7 @@ TEST_CASE("volt_bench's command line: every usage error is status 2 and says wha
       {{"--steps"}, "--steps"},
       {{"--epoch"}, "--epoch needs --data-dir"},
       {{"--model", "cnn", "--amp", "bf16"}, "--amp: for --model mlp or gpt"},
+      {{"--amp-only"}, "--amp-only needs --amp"},
       {{"--no-such-option-at-all"}, "volt_bench: "},
   };
   for (const auto& [args, message] : errors) {
