@@ -6,16 +6,9 @@
 // with dropout 0 and must print the same losses, step by step.
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <functional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,73 +16,15 @@
 #include "port/volt/gpt.cpp"
 #undef main
 
-#include "data/idx_files.h"
+#include "port/port_run.h"
 
 namespace {
 
-// What the program prints on standard output (both std::cout and printf) while
-// `run` runs, through a file that stands in for descriptor 1.
-std::string captured_stdout(const volt::test::TempDir& dir, const std::function<int()>& run, int& rc) {
-  const std::string path = dir / "stdout.txt";
-  std::cout.flush();
-  std::fflush(stdout);
-  const int saved = dup(1);
-  FILE* file = std::fopen(path.c_str(), "w");
-  REQUIRE(file != nullptr);
-  dup2(fileno(file), 1);
-  std::string error;
-  try {
-    rc = run();
-  } catch (const std::exception& e) {
-    rc = -1;
-    error = std::string("exception: ") + e.what() + "\n";
-  }
-  std::cout.flush();
-  std::fflush(stdout);
-  dup2(saved, 1);
-  close(saved);
-  std::fclose(file);
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {}) + error;
-}
+using namespace volt::test::port;
 
-// The numbers after "step S loss " in a program's output, in step order.
-std::vector<double> losses(const std::string& out) {
-  std::vector<double> result;
-  std::istringstream lines(out);
-  for (std::string line; std::getline(lines, line);) {
-    long long step = 0;
-    double loss = 0;
-    if (std::sscanf(line.c_str(), "step %lld loss %lf", &step, &loss) == 2) result.push_back(loss);
-  }
-  return result;
-}
+int run_port(const std::vector<std::string>& args) { return run_main(port_gpt_main, "gpt", args); }
 
-double eval_loss(const std::string& out) {
-  const size_t at = out.find("eval loss ");
-  return at == std::string::npos ? -1 : std::atof(out.c_str() + at + 10);
-}
-
-int run_port(const std::vector<std::string>& args) {
-  std::vector<std::string> copy = args;
-  std::vector<char*> argv{const_cast<char*>("gpt")};
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  return port_gpt_main(static_cast<int>(argv.size()) - 1, argv.data());
-}
-
-// The LibTorch original built from the current source, or "" when there is none.
-std::string libtorch_gpt() {
-  const char* given = std::getenv("VOLT_LIBTORCH_GPT");
-  const char* tmp = std::getenv("TMPDIR");
-  const std::filesystem::path binary =
-      given ? std::filesystem::path(given) : std::filesystem::path(tmp ? tmp : "/tmp") / "volt-port-libtorch" / "gpt";
-  const std::filesystem::path source = std::filesystem::path(VOLT_SOURCE_DIR) / "tests/port/libtorch/gpt.cpp";
-  std::error_code ec;
-  if (!std::filesystem::exists(binary, ec)) return "";
-  if (std::filesystem::last_write_time(binary, ec) < std::filesystem::last_write_time(source, ec)) return "";
-  return binary.string();
-}
+double eval_loss(const std::string& out) { return value_after(out, "eval loss"); }
 
 }  // namespace
 
@@ -120,13 +55,7 @@ TEST_CASE("the GPT port and its LibTorch original give the same losses from the 
   volt::manual_seed(42);
   GPT model(config);
   const std::string weights = dir / "weights.f32";
-  {
-    std::ofstream file(weights, std::ios::binary);
-    for (const auto& p : model.named_parameters()) {
-      const std::vector<float> v = p.value().contiguous().to_vector<float>();
-      file.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-    }
-  }
+  write_weights(model, weights);
   int rc = 1;
   const std::string out = captured_stdout(dir, [&] { return run_port({"12", "0", weights}); }, rc);
   INFO(out);
@@ -140,27 +69,17 @@ TEST_CASE("the GPT port and its LibTorch original give the same losses from the 
   // wte.weight is 36 x 48 floats; 100 bytes of wpe.weight follow.
   std::filesystem::resize_file(weights, 36 * 48 * 4 + 100);
   CHECK_THROWS_WITH_AS(run_port({"1", "0", weights}), doctest::Contains("ends before wpe.weight"), std::runtime_error);
-  {
-    std::ofstream file(weights, std::ios::binary | std::ios::trunc);
-    for (const auto& p : model.named_parameters()) {
-      const std::vector<float> v = p.value().contiguous().to_vector<float>();
-      file.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-    }
-  }
+  write_weights(model, weights);
 
-  const std::string original = libtorch_gpt();
+  const std::string original = libtorch_binary("VOLT_LIBTORCH_GPT", "gpt");
   if (original.empty()) {
     MESSAGE("the LibTorch GPT is not built (tests/port/compile_libtorch.sh builds it where LibTorch is installed); "
             "only the volt side was run");
     return;
   }
-  const std::string command = original + " 12 0 " + weights + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string theirs;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) theirs.append(buffer, n);
-  CHECK(pclose(pipe) == 0);
+  int their_rc = 1;
+  const std::string theirs = command_output(original + " 12 0 " + weights, their_rc);
+  CHECK(their_rc == 0);
   INFO(theirs);
   const std::vector<double> torch_curve = losses(theirs);
   REQUIRE(torch_curve.size() == 12);
