@@ -2,6 +2,8 @@
 // compositions of elementwise ops (tensor/losses.h).
 #include <volt/tensor/losses.h>
 
+#include <string>
+
 #include <volt/tensor/ops.h>
 #include <volt/tensor/shape.h>
 

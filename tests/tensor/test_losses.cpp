@@ -1,14 +1,13 @@
 // mse_loss, smooth_l1_loss, binary_cross_entropy_with_logits and index_select:
 // values against plain f64 loops of PyTorch's documented rules, f64 gradients
-// by finite differences, every mode against eager, errors naming the op; the
-// nn layers and functional forms agree with the ops.
+// by finite differences, every mode against eager, errors naming the op
+// (the nn layers: tests/nn/test_regression_losses.cpp).
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <vector>
 
 #include <volt/autograd/gradcheck.h>
-#include <volt/nn/regression_loss.h>
 #include <volt/tensor/indexing.h>
 #include <volt/tensor/losses.h>
 #include <volt/tensor/ops.h>
@@ -165,24 +164,4 @@ TEST_CASE("the losses and index_select: bad input names the op") {
   CHECK_THROWS_WITH_AS(index_select(Tensor::zeros({2, 3}, DType::i64), 0, Tensor::zeros({1}, DType::i64)),
                        doctest::Contains("index_select: selects from floating tensors"), Error);
   CHECK_THROWS_AS(index_select(x, 0, Tensor::from_vector<int64_t>({2})), Error);  // row 2 of 2
-}
-
-TEST_CASE("nn::MSELoss, SmoothL1Loss and BCEWithLogitsLoss with LibTorch's builders equal the ops") {
-  Tensor x = sample({5}, DType::f32, 10), y = sample({5}, DType::f32, 11), labels = (y > 0.0).to(DType::f32);
-  nn::MSELoss mse;
-  nn::SmoothL1Loss smooth(nn::SmoothL1LossOptions().beta(0.25).reduction(kSum));
-  nn::BCEWithLogitsLoss bce(nn::BCEWithLogitsLossOptions().pos_weight(Tensor::full({1}, 3.0)));
-  CHECK(mse(x, y).item<float>() == mse_loss(x, y).item<float>());
-  CHECK(smooth(x, y).item<float>() == smooth_l1_loss(x, y, kSum, 0.25).item<float>());
-  CHECK(smooth->forward(x, y).item<float>() == smooth(x, y).item<float>());
-  CHECK(bce(x, labels).item<float>() ==
-        binary_cross_entropy_with_logits(x, labels, {.pos_weight = Tensor::full({1}, 3.0)}).item<float>());
-  namespace F = nn::functional;
-  CHECK(F::mse_loss(x, y, F::MSELossFuncOptions(kSum)).item<float>() == mse_loss(x, y, kSum).item<float>());
-  CHECK(F::smooth_l1_loss(x, y, F::SmoothL1LossFuncOptions().beta(0.25)).item<float>() ==
-        smooth_l1_loss(x, y, kMean, 0.25).item<float>());
-  CHECK(F::smooth_l1_loss(x, y, {}, 2.0).item<float>() == smooth_l1_loss(x, y, kMean, 2.0).item<float>());
-  CHECK(F::binary_cross_entropy_with_logits(x, labels).item<float>() ==
-        binary_cross_entropy_with_logits(x, labels).item<float>());
-  CHECK_THROWS_WITH_AS(mse.forward(x), doctest::Contains("MSELoss: takes two inputs"), Error);
 }
