@@ -13,14 +13,23 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   VOLT_CHECK(d >= 0 && d < x.dim(), "index_select", "dim " << dim << " out of range for " << x.dim() << " dims");
   VOLT_CHECK(index.dim() == 1 && is_integral(index.dtype()) && index.dtype() != DType::b8, "index_select",
              "expected a 1-D integer index, got " << dtype_name(index.dtype()) << " " << shape_str(index.sizes()));
-  VOLT_CHECK(is_floating(x.dtype()), "index_select",
-             "selects from floating tensors (f32, f64, f16, bf16), got " << dtype_name(x.dtype())
-                                                                          << "; convert it first");
   Tensor moved = d == 0 ? x : x.transpose(0, d);
   const Shape rest(moved.sizes().begin() + 1, moved.sizes().end());
-  const int64_t n = moved.sizes()[0];
-  Tensor rows = embedding(moved.reshape({n, shape_numel(rest)}), index);  // (k, prod(rest))
-  Shape out{index.sizes()[0]};
+  const int64_t n = moved.sizes()[0], k = index.sizes()[0], width = shape_numel(rest);
+  Tensor rows;  // (k, width)
+  if (is_floating(x.dtype())) {
+    rows = embedding(moved.reshape({n, width}), index);
+  } else {
+    // Integers and bools, exactly: each picked row number (range-checked as an
+    // embedding's index) selects its row by where, summed over the n rows.
+    // Memory k * n * width: meant for labels and masks, not large tables.
+    Tensor numbers = Tensor::arange(static_cast<double>(n), DType::f64, x.device());
+    Tensor picked = embedding(numbers.reshape({n, 1}), index).reshape({k, 1, 1});
+    Tensor hit = eq(picked, numbers.reshape({1, n, 1}));
+    Tensor zero = Tensor::zeros({}, x.dtype(), x.device());
+    rows = convert_element_type(sum(where(hit, moved.reshape({1, n, width}), zero), {1}), x.dtype());
+  }
+  Shape out{k};
   out.insert(out.end(), rest.begin(), rest.end());
   Tensor r = rows.reshape(out);
   return d == 0 ? r : r.transpose(0, d);
