@@ -20,6 +20,7 @@
 #include <volt/tensor/random.h>
 #include <volt/tensor/sampling.h>
 #include <volt/tensor/autocast.h>
+#include <volt/tensor/losses.h>
 #include <volt/autograd/grad_mode.h>
 #include <volt/nn/module.h>
 #include <volt/nn/linear.h>
@@ -34,6 +35,7 @@
 #include <volt/nn/container.h>
 #include <volt/nn/gpt.h>
 #include <volt/nn/loss.h>
+#include <volt/nn/regression_loss.h>
 #include <volt/nn/functional.h>
 #include <volt/nn/optim.h>
 #include <volt/nn/adamw.h>

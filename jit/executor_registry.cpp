@@ -59,6 +59,8 @@ std::vector<Value> executor_arguments(const OpCall& c) {
     r.emplace_back(c.attrs.b);
     r.emplace_back(static_cast<int64_t>(c.attrs.offset));
   }
+  // padding_idx decides which row gets no gradient: a grad transform must see it.
+  if (c.op == OpId::embedding) r.emplace_back(c.attrs.ints.empty() ? int64_t{-1} : c.attrs.ints[0]);
   return r;
 }
 

@@ -39,7 +39,8 @@ void remove_default_executor(Executor& ex);
 // ignore_index), cross_entropy_backward(g, logits, target, reduction,
 // ignore_index, label_smoothing), scaled_dot_product_attention(q, k, v, causal,
 // scale, dropout_p, rng_offset) and its backward (g, q, k, v, the same), with rng_offset where its dropout's draws start
-// among the program's.  Reduction is its int value (Reduction's).
+// among the program's, embedding(weight, index, padding_idx) with padding_idx
+// -1 when there is none.  Reduction is its int value (Reduction's).
 std::vector<Value> executor_arguments(const OpCall& c);
 
 // ---- used by OperatorExecutor and the claim pass

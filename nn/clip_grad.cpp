@@ -64,10 +64,7 @@ int64_t finite_norm_check() {
     CustomOpDef def;
     def.name = "check_finite_norm";
     def.arg_names = {"total", "norm_type"};
-    def.meta = [](const std::vector<Value>& args) {
-      const Tensor& t = args.at(0).tensor;
-      return std::vector<TensorMeta>{{t.sizes(), t.dtype(), t.device()}};
-    };
+    def.meta = meta_like_first_argument(def.name);
     def.kernel = [](const std::vector<Value>& args) {
       const Tensor& total = args.at(0).tensor;
       const double norm_type = args.at(1).scalar.value;

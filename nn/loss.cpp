@@ -1,4 +1,5 @@
 #include <volt/nn/loss.h>
+#include <volt/nn/regression_loss.h>
 
 #include <volt/tensor/ops.h>
 
@@ -17,6 +18,29 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& target) {
              "target must hold class indices (an integer dtype), got "
                  << dtype_name(target.dtype()));
   return volt::cross_entropy(logits, target, options_);
+}
+
+}  // namespace volt::nn
+
+namespace volt::nn {
+
+Tensor MSELoss::forward(const Tensor&) { throw Error("MSELoss: takes two inputs, (input, target); called with one"); }
+Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
+  return volt::mse_loss(input, target, options_.reduction());
+}
+
+Tensor SmoothL1Loss::forward(const Tensor&) {
+  throw Error("SmoothL1Loss: takes two inputs, (input, target); called with one");
+}
+Tensor SmoothL1Loss::forward(const Tensor& input, const Tensor& target) {
+  return volt::smooth_l1_loss(input, target, options_.reduction(), options_.beta());
+}
+
+Tensor BCEWithLogitsLoss::forward(const Tensor&) {
+  throw Error("BCEWithLogitsLoss: takes two inputs, (input, target); called with one");
+}
+Tensor BCEWithLogitsLoss::forward(const Tensor& input, const Tensor& target) {
+  return volt::binary_cross_entropy_with_logits(input, target, options_);
 }
 
 }  // namespace volt::nn

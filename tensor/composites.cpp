@@ -55,10 +55,7 @@ int64_t target_range_check(const char* op) {
 int64_t register_target_range_check(const char* op) {
   CustomOpDef def;
   def.name = "check_target_range";
-  def.meta = [](const std::vector<Value>& args) {
-    const Tensor& t = args.at(0).tensor;
-    return std::vector<TensorMeta>{{t.sizes(), t.dtype(), t.device()}};
-  };
+  def.meta = meta_like_first_argument(def.name);
   def.kernel = [op](const std::vector<Value>& args) {
     const Tensor& target = args.at(0).tensor;
     const int64_t c = static_cast<int64_t>(args.at(1).scalar.value);

@@ -14,6 +14,15 @@ std::deque<CustomOpDef>& registry() {
 std::mutex g_mutex;
 }  // namespace
 
+CustomOpDef::MetaFn meta_like_first_argument(std::string op) {
+  return [op = std::move(op)](const std::vector<Value>& args) {
+    VOLT_CHECK(!args.empty() && args[0].is_tensor && args[0].tensor.defined(), op,
+               "expected a defined tensor as the first argument (the output is shaped like it)");
+    const Tensor& t = args[0].tensor;
+    return std::vector<TensorMeta>{{t.sizes(), t.dtype(), t.device()}};
+  };
+}
+
 int64_t register_custom_op(CustomOpDef def) {
   VOLT_CHECK(!def.name.empty(), "register_custom_op", "an op needs a name");
   VOLT_CHECK(def.decomposition || def.meta, def.name,

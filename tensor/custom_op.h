@@ -37,6 +37,12 @@ struct CustomOpDef {
   std::function<std::string(size_t index, const Scalar& value)> scalar_repr;
 };
 
+// The metadata of an op with one output shaped, typed and placed as its first
+// argument (a check that passes its input through, a copy):
+//   def.meta = meta_like_first_argument("check_finite");
+// A first argument that is not a defined tensor is an error naming `op`.
+CustomOpDef::MetaFn meta_like_first_argument(std::string op);
+
 // Registers an op and returns its id (the value of Attrs::custom).
 int64_t register_custom_op(CustomOpDef def);
 const CustomOpDef& custom_op(int64_t id);

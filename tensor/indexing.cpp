@@ -97,6 +97,12 @@ Tensor broadcastable(const Tensor& mask, const Tensor& t) {
 
 Tensor Tensor::index(const std::vector<indexing::TensorIndex>& indices) const {
   if (indices.empty() || !std::any_of(indices.begin(), indices.end(), is_mask)) return view_of(*this, indices);
+  // A single 1-D integer tensor picks rows, as LibTorch's t.index({idx}).
+  if (indices.size() == 1) {
+    const Tensor& picked = std::get<Tensor>(indices[0].value());
+    if (picked.defined() && picked.dim() == 1 && is_integral(picked.dtype()) && picked.dtype() != DType::b8)
+      return volt::index_select(*this, 0, picked);
+  }
   const Tensor& mask = checked_mask(*this, indices, "index");
   VOLT_CHECK(!(requires_grad() && grad_enabled()), "index",
              "reading through a boolean mask is not differentiable here; use where(mask, t, 0) instead");

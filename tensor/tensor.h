@@ -137,6 +137,7 @@ class Tensor {
 
   // ---- indexing with a list: t.index({Slice(0, 2), 1}) (tensor/indexing.h) ----
   Tensor index(const std::vector<indexing::TensorIndex>& indices) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;  // volt::index_select (tensor/ops.h)
   Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& value);
   Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, Scalar value);
 

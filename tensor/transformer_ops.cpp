@@ -27,10 +27,7 @@ int64_t index_range_check() {
   static const int64_t id = [] {
     CustomOpDef def;
     def.name = "check_embedding_index";
-    def.meta = [](const std::vector<Value>& args) {
-      const Tensor& t = args.at(0).tensor;
-      return std::vector<TensorMeta>{{t.sizes(), t.dtype(), t.device()}};
-    };
+    def.meta = meta_like_first_argument(def.name);
     def.kernel = [](const std::vector<Value>& args) {
       const Tensor& index = args.at(0).tensor;
       const int64_t rows = static_cast<int64_t>(args.at(1).scalar.value);
@@ -71,10 +68,7 @@ int64_t padding_row_grad() {
     CustomOpDef def;
     def.name = "zero_padding_grad";
     def.arg_names = {"weight", "padding_idx"};
-    def.meta = [](const std::vector<Value>& args) {
-      const Tensor& w = args.at(0).tensor;
-      return std::vector<TensorMeta>{{w.sizes(), w.dtype(), w.device()}};
-    };
+    def.meta = meta_like_first_argument(def.name);
     // A new handle on the weight's memory (no copy): autograd gives the output
     // its own history, which must not become the weight's (a leaf).
     def.kernel = [](const std::vector<Value>& args) { return std::vector<Tensor>{args.at(0).tensor.detach()}; };

@@ -54,10 +54,7 @@ int64_t device_range_check(const std::string& host_name, long long kind) {
   if (auto it = ids.find(host_name); it != ids.end()) return it->second;
   CustomOpDef def;
   def.name = host_name + "_on_device";
-  def.meta = [](const std::vector<Value>& args) {
-    const Tensor& t = args.at(0).tensor;
-    return std::vector<TensorMeta>{{t.sizes(), t.dtype(), t.device()}};
-  };
+  def.meta = meta_like_first_argument(def.name);
   def.kernel = [kind](const std::vector<Value>& args) {
     const Tensor& index = args.at(0).tensor;
     const int dev = index.device().index;

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the LibTorch originals in tests/port/libtorch/ against an installed
-# LibTorch (Debian: apt-get install libtorch-dev) and runs the MLP, the GPT and
+# LibTorch (Debian: apt-get install libtorch-dev) and runs the MLP, the GPT, the tabular program and
 # the char model, so that the programs the ports start from are real LibTorch
-# programs.  The GPT and char model binaries left in WORK_DIR are what
-# tests/port/test_port_gpt.cpp and test_port_charlm.cpp compare the volt ports
+# programs.  The GPT, char model and tabular binaries left in WORK_DIR are what
+# tests/port/test_port_gpt.cpp, test_port_charlm.cpp and test_port_tabular.cpp compare the volt ports
 # with (by default they look in ${TMPDIR:-/tmp}/volt-port-libtorch).  Skipped (exit 0,
 # with a line saying so) where LibTorch is not installed.
 # Usage: tests/port/compile_libtorch.sh [WORK_DIR]
@@ -27,4 +27,5 @@ done
 (cd "$work" && ./mlp 150 "$work/mlp.pt")
 (cd "$work" && ./gpt 100 | tail -3)
 (cd "$work" && ./charlm 60 "$work" | tail -3)
-echo "compile_libtorch: the LibTorch originals build, and the MLP, the GPT and the char model train"
+(cd "$work" && ./tabular 10 "$work" | tail -3)
+echo "compile_libtorch: the LibTorch originals build, and the MLP, the GPT, the char model and the tabular model train"

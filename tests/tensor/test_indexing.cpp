@@ -61,8 +61,10 @@ TEST_CASE("index: misuse names the op and what was expected") {
   CHECK_THROWS_WITH_AS(a.index({Ellipsis, Ellipsis}), doctest::Contains("at most one Ellipsis"), volt::Error);
   CHECK_THROWS_WITH_AS(a.index({Slice(0, 3, 2)}), doctest::Contains("step must be 1"), volt::Error);
   CHECK_THROWS_WITH_AS(a.index({5}), doctest::Contains("select"), volt::Error);
-  CHECK_THROWS_WITH_AS(a.index({Tensor::from_vector<int64_t>({0, 1})}), doctest::Contains("boolean mask"),
+  // A 1-D integer tensor picks rows (index_select); any other non-boolean tensor index is refused.
+  CHECK_THROWS_WITH_AS(a.index({Tensor::from_vector<int64_t>({0, 1, 1, 0}, {2, 2})}), doctest::Contains("boolean mask"),
                        volt::Error);
+  CHECK_THROWS_WITH_AS(a.index({Tensor::from_vector<int64_t>({0}), 1}), doctest::Contains("boolean mask"), volt::Error);
   CHECK_THROWS_WITH_AS(a.index({Tensor::from_vector<float>({1, 0}) > 0.5}), doctest::Contains("leading dims"),
                        volt::Error);
   Tensor w = grid().requires_grad_();

@@ -211,3 +211,23 @@ TEST_CASE("contiguous, clone and to(dtype)") {
   // Converting a transposed tensor keeps the logical order.
   CHECK(a.t().to(DType::f64).to_vector<double>() == std::vector<double>{0, 3, 1, 4, 2, 5});
 }
+
+TEST_CASE("a view with no element is contiguous whatever its strides, as in PyTorch") {
+  Tensor b = Tensor::zeros({4, 5});
+  // Each keeps strides of its base that are not the contiguous ones of its shape.
+  Tensor t0 = Tensor::zeros({0, 3}).t();  // [3, 0], strides [1, 3]
+  REQUIRE(t0.strides() == Shape{1, 3});
+  CHECK(t0.is_contiguous());
+  Tensor n0 = b.t().narrow(1, 1, 0);  // [5, 0], strides [1, 5]
+  REQUIRE(n0.strides() == Shape{1, 5});
+  CHECK(n0.is_contiguous());
+  CHECK(b.narrow(1, 2, 0).is_contiguous());
+  CHECK(Tensor::zeros({2, 0, 3}).permute({2, 0, 1}).is_contiguous());
+  CHECK(Tensor::zeros({1, 3}).expand({0, 3}).is_contiguous());
+  CHECK(b.t().narrow(0, 4, 0).is_contiguous());
+  // So view() takes any shape of no element, and contiguous() keeps the tensor.
+  CHECK(n0.view({0, 7}).sizes() == Shape{0, 7});
+  CHECK(n0.contiguous().sizes() == Shape{5, 0});
+  // A view with elements keeps the stride rule.
+  CHECK_FALSE(b.t().narrow(1, 1, 2).is_contiguous());
+}
