@@ -19,15 +19,24 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor rows;  // (k, width)
   if (is_floating(x.dtype())) {
     rows = embedding(moved.reshape({n, width}), index);
+  } else if (x.dtype() != DType::i64) {
+    // bool, u8 and i32 values are exact in f64: picked as its rows, converted back.
+    rows = convert_element_type(embedding(convert_element_type(moved.reshape({n, width}), DType::f64), index),
+                                x.dtype());
   } else {
-    // Integers and bools, exactly: each picked row number (range-checked as an
-    // embedding's index) selects its row by where, summed over the n rows.
-    // Memory k * n * width: meant for labels and masks, not large tables.
-    Tensor numbers = Tensor::arange(static_cast<double>(n), DType::f64, x.device());
-    Tensor picked = embedding(numbers.reshape({n, 1}), index).reshape({k, 1, 1});
-    Tensor hit = eq(picked, numbers.reshape({1, n, 1}));
-    Tensor zero = Tensor::zeros({}, x.dtype(), x.device());
-    rows = convert_element_type(sum(where(hit, moved.reshape({1, n, width}), zero), {1}), x.dtype());
+    // i64 past 2^53 is not exact in f64: each value as q 2^32 + r, both parts
+    // exact in f64 (|q| < 2^31, |r| < 2^33), picked as rows and put together
+    // again in i64.  q is the f64 value scaled by 2^-32 and truncated, the f64
+    // value first kept below 2^63 so that q 2^32 does not overflow i64;
+    // r = x - q 2^32 is computed in i64.
+    const Tensor flat = moved.reshape({n, width});
+    const Tensor scale = Tensor::full({}, 4294967296.0, DType::i64, x.device());
+    const Tensor wide = minimum(convert_element_type(flat, DType::f64), 9223372036854774784.0);  // 2^63 - 2^10
+    const Tensor q = convert_element_type(wide * (1.0 / 4294967296.0), DType::i64);
+    const Tensor r = flat - q * scale;
+    const Tensor q_rows = embedding(convert_element_type(q, DType::f64), index);
+    const Tensor r_rows = embedding(convert_element_type(r, DType::f64), index);
+    rows = convert_element_type(q_rows, DType::i64) * scale + convert_element_type(r_rows, DType::i64);
   }
   Shape out{k};
   out.insert(out.end(), rest.begin(), rest.end());

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include <volt/autograd/gradcheck.h>
@@ -156,6 +157,17 @@ TEST_CASE("index_select and index({rows}) pick slices as plain loops do") {
   Tensor labels = Tensor::from_vector<int64_t>({7, big, -5, 0});
   CHECK(labels.index({Tensor::from_vector<int64_t>({1, 3, 1, 2})}).to_vector<int64_t>() ==
         std::vector<int64_t>{big, 0, big, -5});
+  // The ends of i64 and values around 2^53 and 2^63, each picked as a loop picks it.
+  const int64_t top = std::numeric_limits<int64_t>::max(), bottom = std::numeric_limits<int64_t>::min();
+  const std::vector<int64_t> edges{top,         bottom,          top - 1,       bottom + 1,    top - 600,
+                                   bottom + 600, (int64_t{1} << 53) + 1, -(int64_t{1} << 53) - 1, -big,
+                                   (int64_t{1} << 32) - 1, -(int64_t{1} << 32), 4294967296, -1, 1};
+  std::vector<int64_t> order(edges.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>((i * 5 + 3) % edges.size());
+  std::vector<int64_t> expected;
+  for (int64_t i : order) expected.push_back(edges[static_cast<size_t>(i)]);
+  CHECK(index_select(Tensor::from_vector<int64_t>(edges), 0, Tensor::from_vector<int64_t>(order)).to_vector<int64_t>() ==
+        expected);
   Tensor flags = Tensor::from_vector<bool>({true, false, false, true, true, false}, {3, 2});
   Tensor picked_flags = index_select(flags, 0, Tensor::from_vector<int32_t>({2, 0}));
   CHECK(picked_flags.dtype() == DType::b8);
