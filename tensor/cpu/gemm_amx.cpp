@@ -377,16 +377,18 @@ void gemm_tiles(const BF16* a, int64_t m, int64_t k, int64_t ars, int64_t acs, c
       const int64_t i = task / col_tasks, q0 = task % col_tasks * per_task, q1 = std::min(panels, q0 + per_task);
       const int rows = int(std::min<int64_t>(MB, m - i * MB));
       alignas(64) uint16_t ap[MB * kKc];
-      // The sums of this task's C blocks between k blocks (see block()).
+      // The sums of this task's C blocks between k blocks (see block()); with
+      // one k block, one block of scratch for C's partial blocks.
+      const int64_t kept = k > kb ? q1 - q0 : 1;
       thread_local Buffer acc_buffer;
-      float* acc = reinterpret_cast<float*>(acc_buffer.get((q1 - q0) * MB * NB * 2));
+      float* acc = reinterpret_cast<float*>(acc_buffer.get(kept * MB * NB * 2));
       TileScope tiles;
       for (int64_t k0 = 0; k0 < k; k0 += kb) {
         const int64_t kc = std::min(kb, k - k0), chunks = (kc + kChunk - 1) / kChunk;
         pack_a(a + i * MB * ars + k0 * acs, rows, kc, ars, acs, ap);
         const uint16_t* bk = bg + panels * (k0 / kChunk) * kChunkElems;
         for (int64_t q = q0; q < q1; ++q)
-          block(ap, bk + q * chunks * kChunkElems, chunks, acc + (q - q0) * MB * NB, k0 == 0, k0 + kc == k,
+          block(ap, bk + q * chunks * kChunkElems, chunks, acc + (q - q0) % kept * MB * NB, k0 == 0, k0 + kc == k,
                 c + i * MB * ldc + j0 + q * NB, ldc, rows, int(std::min<int64_t>(NB, nc - q * NB)));
       }
     });
