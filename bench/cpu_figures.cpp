@@ -159,6 +159,22 @@ Figure bf16_gemm(int64_t size, int threads, double dot_peak_gflops, double amx_p
               " path; fraction_of_peak: of the vdpbf16ps loop, fraction_of_amx_peak: of the tdpbf16ps loop"};
 }
 
+Figure bf16_gemm_shape(const std::string& what, int64_t m, int64_t k, int64_t n, const std::string& layout,
+                       double amx_peak_gflops) {
+  manual_seed(4);
+  Tensor a, b;
+  if (layout == "x W^T") a = Tensor::randn({m, k}, DType::bf16), b = Tensor::randn({n, k}, DType::bf16).t();
+  else if (layout == "g^T x") a = Tensor::randn({k, m}, DType::bf16).t(), b = Tensor::randn({k, n}, DType::bf16);
+  else a = Tensor::randn({m, k}, DType::bf16), b = Tensor::randn({k, n}, DType::bf16);
+  const double s = median_seconds_per_call([&] { (void)matmul(a, b); }, 5);
+  const double gflops = 2.0 * double(m) * double(k) * double(n) / s / 1e9;
+  return {"bf16_gemm_shape",
+          {{"m", double(m)}, {"k", double(k)}, {"n", double(n)}, {"threads", double(cpu::num_threads())},
+           {"us", s * 1e6}, {"gflops", gflops},
+           {"fraction_of_amx_peak", amx_peak_gflops > 0 ? gflops / amx_peak_gflops : 0.0}},
+          what + ", " + layout + ", " + cpu::bf16_gemm_name(cpu::bf16_gemm()) + " path"};
+}
+
 std::vector<Figure> gemm_shapes(int64_t batch, double peak_gflops) {
   std::vector<Figure> out;
   const int threads = cpu::num_threads();

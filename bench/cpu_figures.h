@@ -34,6 +34,13 @@ double amx_bf16_peak_gflops(int threads);
 // `amx_peak_gflops` (the tdpbf16ps loop), both for those threads.
 Figure bf16_gemm(int64_t size, int threads, double dot_peak_gflops, double amx_peak_gflops);
 
+// The bf16 matmul (m, k) x (k, n) on the current threads, with A and B laid
+// out as a linear layer's products lay them out: "x W^T" (B a transposed
+// weight), "g W" (both row-major), "g^T x" (A transposed); GFLOP/s and the
+// fraction of `amx_peak_gflops` (the tdpbf16ps loop for these threads).
+Figure bf16_gemm_shape(const std::string& what, int64_t m, int64_t k, int64_t n, const std::string& layout,
+                       double amx_peak_gflops);
+
 // The seed model's GEMMs at `batch` (forward x W^T + b, input gradient g W,
 // weight gradient g^T x, for 784x784, 784x28 and 28x10): GFLOP/s and the
 // fraction of `peak_gflops`, with the current thread count.

@@ -29,8 +29,10 @@ ParsedArgs parse_command_line(int argc, const char* const* argv) {
                  "batch 64 unless --batch (bench/cnn_workload.h); gpt: examples/gpt's\n"
                  "GPT, AdamW, batch 16 unless --batch, cpu and cuda (bench/gpt_workload.h);\n"
                  "attention: flash against the decomposition, forward+backward, cpu,\n"
-                 "--batch gives the sequence lengths (bench/attention_bench.h)")
-      ->type_name("NAME")->check(cli::one_of({"mlp", "cnn", "gpt", "attention"}));
+                 "--batch gives the sequence lengths (bench/attention_bench.h); bf16gemm:\n"
+                 "the bf16 GEMM alone against the vdpbf16ps and AMX loops, at 1024^3 and\n"
+                 "at the GPT's and the MLP's shapes (bench/cpu_figures.h)")
+      ->type_name("NAME")->check(cli::one_of({"mlp", "cnn", "gpt", "attention", "bf16gemm"}));
   std::string modes, devices, batches;
   app.add_option("--mode", modes,
                  "eager,jit,step,lazy (default: all of them; step: the whole training step\n"

@@ -373,6 +373,49 @@ void add_cpu_figures(const Options& o, std::vector<Metric>& metrics) {
   }
 }
 
+// --model bf16gemm: the bf16 GEMM's figures alone (those of the CPU figures,
+// in seconds rather than minutes), then the GEMM at the GPT's linear layers
+// (batch 16 x block 128 rows, width 128) and the MLP's (784 -> 784 at batch
+// 256 and 1024) on all threads.
+int run_bf16_gemm(const Options& o) {
+  std::vector<Metric> metrics;
+  const int threads = cpu::num_threads();
+  double amx_peak = 0;
+  for (int t : threads > 1 ? std::vector<int>{1, threads} : std::vector<int>{1}) {
+    const double bf16_peak = bench_cpu::bf16_dot_peak_gflops(t);
+    amx_peak = bench_cpu::amx_bf16_peak_gflops(t);
+    metrics.push_back({"bf16_dot_peak", {{"threads", double(t)}, {"gflops", bf16_peak}}, "register-only vdpbf16ps loop"});
+    if (amx_peak > 0)
+      metrics.push_back({"amx_bf16_peak", {{"threads", double(t)}, {"gflops", amx_peak}}, "tile-only AMX tdpbf16ps loop"});
+    const bench_cpu::Figure f = bench_cpu::bf16_gemm(1024, t, bf16_peak, amx_peak);
+    metrics.push_back({f.name, f.values, f.note});
+  }
+  struct Shape {
+    const char* what;
+    int64_t m, k, n;
+    const char* layout;
+  };
+  const Shape shapes[] = {
+      {"gpt qkv", 2048, 128, 384, "x W^T"},         {"gpt fc", 2048, 128, 512, "x W^T"},
+      {"gpt fc proj", 2048, 512, 128, "x W^T"},     {"gpt lm head", 2048, 128, 256, "x W^T"},
+      {"gpt fc input grad", 2048, 512, 128, "g W"}, {"gpt fc weight grad", 512, 2048, 128, "g^T x"},
+      {"gpt qkv weight grad", 384, 2048, 128, "g^T x"},
+      {"mlp 784x784 b256", 256, 784, 784, "x W^T"}, {"mlp 784x784 b1024", 1024, 784, 784, "x W^T"},
+      {"mlp 784x784 b1024 input grad", 1024, 784, 784, "g W"},
+      {"mlp 784x784 b1024 weight grad", 784, 1024, 784, "g^T x"}};
+  for (const Shape& s : shapes) {
+    const bench_cpu::Figure f = bench_cpu::bf16_gemm_shape(s.what, s.m, s.k, s.n, s.layout, amx_peak);
+    metrics.push_back({f.name, f.values, f.note});
+  }
+  if (o.json) return print_json({}, metrics), 0;
+  for (const Metric& m : metrics) {
+    std::printf("%-20s", m.name.c_str());
+    for (const auto& [k, v] : m.values) std::printf(" %s=%.4g", k.c_str(), v);
+    std::printf("  (%s)\n", m.note.c_str());
+  }
+  return 0;
+}
+
 // --model cnn: the CPU training step of the tutorial's CNN, and LibTorch's when built.
 int run_cnn(const Options& o) {
   bench_cnn::Options c;
@@ -424,6 +467,7 @@ int main(int argc, char** argv) {
     if (o.first_call_batch > 0) return first_call_child(o);
     if (o.model == "cnn") return run_cnn(o);
     if (o.model == "gpt") return run_gpt(o);
+    if (o.model == "bf16gemm") return run_bf16_gemm(o);
     if (o.model == "attention") {
       bench_attention::Options a;
       if (o.batches_given) a.lengths = o.batches;

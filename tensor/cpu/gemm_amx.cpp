@@ -7,9 +7,11 @@
 // 32-bit word.  So A and B are packed per k-block into chunks of 32 along k:
 //   A block (32 rows):   [chunk][row 0..31][32 bf16 along k]     (tile h = rows 16h..16h+15)
 //   B panel (32 cols):   [chunk][h 0..1][pair p 0..15][col 0..15][2 bf16]
-// with zeros past the live rows, columns and k, so any m, n, k works.  The
-// tile configuration and the tile data belong to a thread: each task loads the
-// configuration and releases the tiles when done.
+// with zeros past the live rows, columns and k, so any m, n, k works.  B is
+// packed a column group at a time (panels of all of k, k block after k block:
+// gemm_tiles says why), A a 32-row block per k block.  The tile configuration
+// and the tile data belong to a thread: each task loads the configuration and
+// releases the tiles when done.
 #include <volt/tensor/cpu/gemm_amx.h>
 
 #include <immintrin.h>
@@ -36,7 +38,9 @@ namespace {
 constexpr int64_t kChunk = 32;          // k per tile step
 constexpr int64_t kChunkElems = 1024;   // bf16 per packed chunk of a block or panel (two tiles)
 constexpr int64_t kKc = 256;            // the most k per packed block (a multiple of kChunk)
-constexpr int64_t kNc = 1024;           // columns per packed block of B
+// Packed B per column group, all of k: half of a core's 2 MB L2, the rest
+// for the sums kept between k blocks and for A.
+constexpr int64_t kGroupBytes = int64_t(1) << 20;
 constexpr int MB = 32, NB = 32;         // the C block of one call of the tile kernel
 
 struct Availability {
@@ -90,6 +94,16 @@ struct Buffer {
 int64_t k_block(int64_t k) {
   const int64_t blocks = (k + kKc - 1) / kKc;
   return ((k + blocks - 1) / blocks + kChunk - 1) / kChunk * kChunk;
+}
+
+// Columns of B per group: as many 32-column panels as fit kGroupBytes with
+// all of k, in groups of nearly equal size; a multiple of NB (the groups
+// start on panels, so a packed B's layout is the same for any m).
+int64_t group_cols(int64_t k, int64_t n) {
+  const int64_t panel_bytes = (k + kChunk - 1) / kChunk * kChunkElems * 2;
+  const int64_t most = std::max<int64_t>(1, kGroupBytes / panel_bytes), panels = (n + NB - 1) / NB;
+  const int64_t groups = (panels + most - 1) / most;
+  return (panels + groups - 1) / groups * NB;
 }
 
 // Packing with plain loops: any strides, any live part (zeros elsewhere).
@@ -246,16 +260,18 @@ void pack_b(const BF16* b, int cols, int64_t kc, int64_t brs, int64_t bcs, uint1
   }
 }
 
-// C block (16 R2 or 32 rows, 16 C2 or 32 columns; row stride ldc floats) =
-// (accumulate ? C : 0) + the packed A block times the packed B panel.
+// A C block (16 R2 or 32 rows, 16 C2 or 32 columns) of sums: loaded from
+// `from` (row stride from_ld floats; nullptr: zeros), plus the packed A block
+// times the packed B panel, stored to `to` (row stride to_ld).
 template <bool R2, bool C2>
-void tile_block(const uint16_t* ap, const uint16_t* bp, int64_t chunks, float* c, int64_t ldc, bool accumulate) {
-  const int64_t ld = ldc * int64_t(sizeof(float));
-  if (accumulate) {
-    _tile_loadd(0, c, ld);
-    if (C2) _tile_loadd(1, c + 16, ld);
-    if (R2) _tile_loadd(2, c + 16 * ldc, ld);
-    if (R2 && C2) _tile_loadd(3, c + 16 * ldc + 16, ld);
+void tile_block(const uint16_t* ap, const uint16_t* bp, int64_t chunks, const float* from, int64_t from_ld, float* to,
+                int64_t to_ld) {
+  const int64_t fl = from_ld * int64_t(sizeof(float)), tl = to_ld * int64_t(sizeof(float));
+  if (from) {
+    _tile_loadd(0, from, fl);
+    if (C2) _tile_loadd(1, from + 16, fl);
+    if (R2) _tile_loadd(2, from + 16 * from_ld, fl);
+    if (R2 && C2) _tile_loadd(3, from + 16 * from_ld + 16, fl);
   } else {
     _tile_zero(0);
     if (C2) _tile_zero(1);
@@ -274,30 +290,34 @@ void tile_block(const uint16_t* ap, const uint16_t* bp, int64_t chunks, float* c
     if (R2) _tile_dpbf16ps(2, 5, 6);
     if (R2 && C2) _tile_dpbf16ps(3, 5, 7);
   }
-  _tile_stored(0, c, ld);
-  if (C2) _tile_stored(1, c + 16, ld);
-  if (R2) _tile_stored(2, c + 16 * ldc, ld);
-  if (R2 && C2) _tile_stored(3, c + 16 * ldc + 16, ld);
+  _tile_stored(0, to, tl);
+  if (C2) _tile_stored(1, to + 16, tl);
+  if (R2) _tile_stored(2, to + 16 * to_ld, tl);
+  if (R2 && C2) _tile_stored(3, to + 16 * to_ld + 16, tl);
 }
 
-// C[0:rows, 0:cols] (= or +=) one packed A block times one packed B panel:
-// straight into C when the block fills whole tiles, else through a scratch block.
-void block(const uint16_t* ap, const uint16_t* bp, int64_t chunks, float* c, int64_t ldc, int rows, int cols,
-           bool accumulate) {
+// One packed A block times one packed B panel, for C[0:rows, 0:cols] (row
+// stride ldc).  Between k blocks the sums wait in `acc`, a 32 x 32 block of
+// its own (row stride NB): C's rows lie ldc floats apart, at a stride of
+// 4 KiB (ldc = 1024) all 32 of them fall in one set of the 12-way L1 cache,
+// and a C too large for L2 comes back from memory; loading and storing C
+// for every k block took about a quarter of the tile kernel's time in a
+// profile at 1024^3.  The first k block starts from zeros; the last one
+// stores into C, straight when the block fills whole tiles, else through `acc`.
+void block(const uint16_t* ap, const uint16_t* bp, int64_t chunks, float* acc, bool first, bool last, float* c,
+           int64_t ldc, int rows, int cols) {
   const bool r2 = rows > 16, c2 = cols > 16;
-  const auto run = [&](float* cc, int64_t ld) {
-    if (r2 && c2) tile_block<true, true>(ap, bp, chunks, cc, ld, accumulate);
-    else if (r2) tile_block<true, false>(ap, bp, chunks, cc, ld, accumulate);
-    else if (c2) tile_block<false, true>(ap, bp, chunks, cc, ld, accumulate);
-    else tile_block<false, false>(ap, bp, chunks, cc, ld, accumulate);
-  };
-  if (rows == (r2 ? 32 : 16) && cols == (c2 ? 32 : 16)) return run(c, ldc);
-  alignas(64) float tmp[MB * NB] = {};
-  if (accumulate)
-    for (int r = 0; r < rows; ++r) std::memcpy(tmp + r * NB, c + r * ldc, size_t(cols) * sizeof(float));
-  compiler_barrier();
-  run(tmp, NB);
-  for (int r = 0; r < rows; ++r) std::memcpy(c + r * ldc, tmp + r * NB, size_t(cols) * sizeof(float));
+  const bool whole = rows == (r2 ? 32 : 16) && cols == (c2 ? 32 : 16);
+  const float* from = first ? nullptr : acc;
+  float* to = last && whole ? c : acc;
+  const int64_t to_ld = last && whole ? ldc : NB;
+  if (r2 && c2) tile_block<true, true>(ap, bp, chunks, from, NB, to, to_ld);
+  else if (r2) tile_block<true, false>(ap, bp, chunks, from, NB, to, to_ld);
+  else if (c2) tile_block<false, true>(ap, bp, chunks, from, NB, to, to_ld);
+  else tile_block<false, false>(ap, bp, chunks, from, NB, to, to_ld);
+  if (!last || whole) return;
+  compiler_barrier();  // the tile stores wrote acc
+  for (int r = 0; r < rows; ++r) std::memcpy(c + r * ldc, acc + r * NB, size_t(cols) * sizeof(float));
 }
 
 // B's block (columns j0.., nc of them; k0.., kc) into bp: its panels split
@@ -312,63 +332,77 @@ void pack_b_block(const BF16* b, int64_t j0, int64_t nc, int64_t k0, int64_t kc,
   });
 }
 
-// C (m, n) = A B: blocks of nc columns and kc along k; each block of B packed
-// once (split over threads by panel) or taken from `packed` (all of B's blocks
-// one after the other, in the order of these loops), then tasks of (32 rows,
-// some panels), each packing its rows of A.
+// A column group of B (columns j0.., nc of them; all of k) into bg, k block
+// after k block, each as pack_b_block lays it out: the block at k0 starts
+// after k0 / kChunk chunks of every panel (k_block is a multiple of kChunk).
+void pack_b_group(const BF16* b, int64_t j0, int64_t nc, int64_t k, int64_t brs, int64_t bcs, uint16_t* bg) {
+  const int64_t kb = k_block(k), panels = (nc + NB - 1) / NB;
+  for (int64_t k0 = 0; k0 < k; k0 += kb)
+    pack_b_block(b, j0, nc, k0, std::min(kb, k - k0), brs, bcs, bg + panels * (k0 / kChunk) * kChunkElems);
+}
+
+// C (m, n) = A B.  The sums of a C block stay in cache from the first k
+// block to the last: storing the 4 MB of a 1024 x 1024 C and loading it back
+// for every k block, as a loop over k blocks outside the rows would, runs at
+// the memory's speed, not the tiles'.  So:
+//   for each column group of B (as many columns as fit kGroupBytes with all
+//   of k, so that it stays in L2; packed once, split over threads by panel,
+//   or taken from `packed`, the groups one after the other),
+//     tasks of (32 rows, some of the group's panels), each
+//       for each k block: its 32 rows of A packed (they stay in L1 across
+//       the panels), then each panel's 32 x 32 block of C, its sums kept
+//       between k blocks in the task's own contiguous buffer (block()) and
+//       written to C once, after the last k block.
 void gemm_tiles(const BF16* a, int64_t m, int64_t k, int64_t ars, int64_t acs, const BF16* b, int64_t n, int64_t brs,
                 int64_t bcs, const uint16_t* packed, float* c, int64_t ldc) {
-  const int64_t row_blocks = (m + MB - 1) / MB, kb = k_block(k);
+  const int64_t row_blocks = (m + MB - 1) / MB, kb = k_block(k), chunks_k = (k + kChunk - 1) / kChunk;
+  const int64_t group = group_cols(k, n);
   const int threads = num_threads();
   Buffer bbuf;
-  int64_t offset = 0;  // of this block in `packed`
-  for (int64_t j0 = 0; j0 < n; j0 += kNc) {
-    const int64_t nc = std::min(kNc, n - j0), panels = (nc + NB - 1) / NB;
+  int64_t offset = 0;  // of this group in `packed`
+  for (int64_t j0 = 0; j0 < n; j0 += group) {
+    const int64_t nc = std::min(group, n - j0), panels = (nc + NB - 1) / NB;
+    const uint16_t* bg = packed ? packed + offset : nullptr;
+    if (!packed) {
+      uint16_t* w = bbuf.get(panels * chunks_k * kChunkElems);
+      pack_b_group(b, j0, nc, k, brs, bcs, w);
+      bg = w;
+    }
+    offset += panels * chunks_k * kChunkElems;
     // Enough tasks for the threads to share when there are few row blocks.
     const int64_t per_task =
         threads == 1 ? panels : std::max<int64_t>(1, std::min(panels, row_blocks * panels / (4 * int64_t(threads))));
     const int64_t col_tasks = (panels + per_task - 1) / per_task;
-    for (int64_t k0 = 0; k0 < k; k0 += kb) {
-      const int64_t kc = std::min(kb, k - k0), chunks = (kc + kChunk - 1) / kChunk;
-      const uint16_t* bp = packed ? packed + offset : nullptr;
-      if (!packed) {
-        uint16_t* w = bbuf.get(panels * chunks * kChunkElems);
-        pack_b_block(b, j0, nc, k0, kc, brs, bcs, w);
-        bp = w;
-      }
-      offset += panels * chunks * kChunkElems;
-      parallel_tasks(row_blocks * col_tasks, [&](int64_t task) {
-        const int64_t i = task / col_tasks, q0 = task % col_tasks * per_task, q1 = std::min(panels, q0 + per_task);
-        const int rows = int(std::min<int64_t>(MB, m - i * MB));
-        alignas(64) uint16_t ap[MB * kKc];
+    parallel_tasks(row_blocks * col_tasks, [&](int64_t task) {
+      const int64_t i = task / col_tasks, q0 = task % col_tasks * per_task, q1 = std::min(panels, q0 + per_task);
+      const int rows = int(std::min<int64_t>(MB, m - i * MB));
+      alignas(64) uint16_t ap[MB * kKc];
+      // The sums of this task's C blocks between k blocks (see block()); with
+      // one k block, one block of scratch for C's partial blocks.
+      const int64_t kept = k > kb ? q1 - q0 : 1;
+      thread_local Buffer acc_buffer;
+      float* acc = reinterpret_cast<float*>(acc_buffer.get(kept * MB * NB * 2));
+      TileScope tiles;
+      for (int64_t k0 = 0; k0 < k; k0 += kb) {
+        const int64_t kc = std::min(kb, k - k0), chunks = (kc + kChunk - 1) / kChunk;
         pack_a(a + i * MB * ars + k0 * acs, rows, kc, ars, acs, ap);
-        TileScope tiles;
+        const uint16_t* bk = bg + panels * (k0 / kChunk) * kChunkElems;
         for (int64_t q = q0; q < q1; ++q)
-          block(ap, bp + q * chunks * kChunkElems, chunks, c + i * MB * ldc + j0 + q * NB, ldc, rows,
-                int(std::min<int64_t>(NB, nc - q * NB)), k0 > 0);
-      });
-    }
+          block(ap, bk + q * chunks * kChunkElems, chunks, acc + (q - q0) % kept * MB * NB, k0 == 0, k0 + kc == k,
+                c + i * MB * ldc + j0 + q * NB, ldc, rows, int(std::min<int64_t>(NB, nc - q * NB)));
+      }
+    });
   }
 }
 
-// All of B packed, block after block as gemm_tiles reads them.
+// All of B packed, group after group as gemm_tiles reads them.
 void pack_all(const BF16* b, int64_t k, int64_t n, int64_t brs, int64_t bcs, AmxPackedB& out) {
-  const int64_t kb = k_block(k);
-  int64_t total = 0;
-  for (int64_t j0 = 0; j0 < n; j0 += kNc)
-    for (int64_t k0 = 0; k0 < k; k0 += kb)
-      total += (std::min(kNc, n - j0) + NB - 1) / NB * ((std::min(kb, k - k0) + kChunk - 1) / kChunk) * kChunkElems;
+  const int64_t group = group_cols(k, n), chunks_k = (k + kChunk - 1) / kChunk;
+  const int64_t total = (n + NB - 1) / NB * chunks_k * kChunkElems;  // every group's panels of all chunks
   out.k = k, out.n = n, out.elems = total;
   out.data.reset(static_cast<uint16_t*>(::operator new[](size_t(total) * 2, std::align_val_t(64))));
-  int64_t offset = 0;
-  for (int64_t j0 = 0; j0 < n; j0 += kNc) {
-    const int64_t nc = std::min(kNc, n - j0);
-    for (int64_t k0 = 0; k0 < k; k0 += kb) {
-      const int64_t kc = std::min(kb, k - k0);
-      pack_b_block(b, j0, nc, k0, kc, brs, bcs, out.data.get() + offset);
-      offset += (nc + NB - 1) / NB * ((kc + kChunk - 1) / kChunk) * kChunkElems;
-    }
-  }
+  for (int64_t j0 = 0; j0 < n; j0 += group)
+    pack_b_group(b, j0, std::min(group, n - j0), k, brs, bcs, out.data.get() + j0 / NB * chunks_k * kChunkElems);
 }
 
 double dot_loop(int64_t iters) {

@@ -103,7 +103,7 @@ TEST_CASE("volt_bench's command line: every usage error is status 2 and says wha
       {{"--steps", "two"}, "--steps: expected an integer >= 1, got 'two'"},
       {{"--steps", "0"}, "--steps: expected an integer >= 1, got '0'"},
       {{"--threads", "0"}, "--threads: expected an integer"},
-      {{"--model", "rnn"}, "--model: expected one of mlp, cnn, gpt, attention, got 'rnn'"},
+      {{"--model", "rnn"}, "--model: expected one of mlp, cnn, gpt, attention, bf16gemm, got 'rnn'"},
       {{"--mode", "eager,fast"}, "--mode: expected one of eager, jit, step, lazy, got 'fast'"},
       {{"--device", "tpu"}, "--device: expected one of cpu, cuda, got 'tpu'"},
       {{"--amp", "fp8"}, "--amp: expected one of bf16, f16, got 'fp8'"},

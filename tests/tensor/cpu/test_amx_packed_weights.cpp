@@ -99,8 +99,9 @@ TEST_CASE("amx packed B: the GEMM on a B packed once equals gemm_amx bit for bit
   if (!bf16_amx_supported()) VOLT_SKIP("AMX is not available: " + amx_unavailable_reason());
   std::mt19937 gen(3);
   std::uniform_real_distribution<float> u(-1, 1);
-  // k past one block of 256 (and not a multiple of 32), n past one block of 1024.
-  const int64_t shapes[][2] = {{600, 1100}, {37, 29}, {1, 1}, {784, 784}};
+  // k past one k block (and not a multiple of 32), n past one column group
+  // (600 x 1100: 2 groups; 1030 x 500: 2 groups, the last k block short).
+  const int64_t shapes[][2] = {{600, 1100}, {37, 29}, {1, 1}, {784, 784}, {1030, 500}};
   for (const auto& [k, n] : shapes)
     for (int transposed = 0; transposed < 2; ++transposed) {
       CAPTURE(k);

@@ -173,6 +173,40 @@ TEST_CASE("bf16 GEMM amx: odd shapes, transposed and strided operands, 1 and 2 t
   check_strided(c, a, b, 45, 70, 37);
 }
 
+TEST_CASE("bf16 GEMM amx: several column groups of B and k blocks with tails, against f64") {
+  if (!bf16_amx_supported()) {
+    VOLT_SKIP("AMX is not available: " + amx_unavailable_reason());
+  }
+  PathGuard guard(Bf16Gemm::amx);
+  const int threads = num_threads();
+  std::mt19937 gen(23);
+  // The kernel packs B in column groups of about 1 MB with all of k (k = 1030:
+  // 33 chunks of 32, 15 panels of 32 columns a group, so n = 500 makes 2
+  // groups of 256 and 244 columns) and walks k in blocks whose last one is
+  // short (1030 is no multiple of 32 or of a block); m of 1 row, of 33 (a
+  // 1-row tail block), k of 1 across one wide group.
+  const int64_t shapes[][3] = {{33, 1030, 500}, {1, 1030, 500}, {2, 1, 3000}, {48, 2100, 40}};
+  for (int t : {1, 2}) {
+    set_num_threads(t);
+    for (const auto& shape : shapes)
+      for (int la = 0; la < 2; ++la)
+        for (int lb = 0; lb < 2; ++lb) {
+          const int64_t m = shape[0], k = shape[1], n = shape[2];
+          CAPTURE(t);
+          CAPTURE(m);
+          CAPTURE(k);
+          CAPTURE(n);
+          CAPTURE(la);
+          CAPTURE(lb);
+          const Strided a(m, k, la, gen), b(k, n, lb, gen);
+          std::vector<float> c(size_t(m * n), NAN);
+          gemm_bf16(a.data.data(), m, k, a.rs, a.cs, b.data.data(), n, b.rs, b.cs, c.data(), n);
+          check_strided(c, a, b, m, k, n);
+        }
+  }
+  set_num_threads(threads);
+}
+
 TEST_CASE("bf16 GEMM amx: equal to the dpbf16 path within the order of summation") {
   if (!bf16_amx_supported() || !bf16_dot_supported()) {
     VOLT_SKIP("AMX or AVX512_BF16 is not available");
