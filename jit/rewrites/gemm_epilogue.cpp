@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <numeric>
 #include <unordered_map>
 #include <unordered_set>
@@ -12,7 +11,6 @@
 #include <volt/jit/passes.h>
 #include <volt/jit/pipeline.h>
 #include <volt/tensor/cpu/gemm.h>
-#include <volt/tensor/cpu/gemm_amx.h>
 #include <volt/tensor/cpu/gemm_bf16.h>
 #include <volt/tensor/cpu/threads.h>
 
@@ -129,18 +127,14 @@ void kernel_on_block(void* ctx, float*, int64_t, int64_t i0, int64_t j0, int64_t
 namespace {
 
 // The product of a region's operands, any run of its rows at a time: the f32
-// GEMM, or the bf16 one (its f32 sums) with B packed once for all the rows
-// where the AMX path is in use.  Every path sums each element over k in an
-// order that does not depend on the rows asked for (gemm_f32 past its small-m
-// limit, which the chunks exceed; the bf16 tiles by element), so rows made
-// apart are the bits of the whole product.
+// GEMM, or the bf16 one keeping its f32 sums (as the unfused matmul with
+// out_dtype=f32 makes them, tensor/cpu/matmul_bf16.cpp).
 struct Product {
   bool bf16 = false;
   const void* a = nullptr;
   const void* b = nullptr;
   int64_t m = 0, k = 0, n = 0, ars = 0, acs = 0, brs = 0, bcs = 0;
   cpu::GemmStore store;
-  std::shared_ptr<const cpu::AmxPackedB> packed;
 
   // Rows [i0, i0 + rows) into c (row stride n).
   void rows(int64_t i0, int64_t count, float* c) const {
@@ -148,7 +142,6 @@ struct Product {
       return cpu::gemm_f32(static_cast<const float*>(a) + i0 * ars, count, k, ars, acs, static_cast<const float*>(b),
                            n, brs, bcs, c, n, store);
     const BF16* pa = static_cast<const BF16*>(a) + i0 * ars;
-    if (packed) return cpu::gemm_amx_packed(pa, count, k, ars, acs, *packed, c, n);
     cpu::gemm_bf16(pa, count, k, ars, acs, static_cast<const BF16*>(b), n, brs, bcs, c, n);
   }
 };
@@ -183,7 +176,13 @@ void run_gemm_epilogue(const BoundSymbol& region, const Tensor* operands, float*
   p.brs = linear ? w.stride(1) : w.stride(0), p.bcs = linear ? w.stride(0) : w.stride(1);
   p.a = a.raw_data(), p.b = w.raw_data();
   // A small product stays in cache anyway: the GEMM, then the kernel over all of it.
-  if (m * n <= kWholeProduct || m <= kRowChunk) {
+  // So does a bf16 one: made in chunks of rows (each chunk's sums the bits of
+  // the whole product's) it measured slower than whole at batch 8 on the AMX
+  // path, 48-row chunks by about 15 %, one chunk per thread by 0 to 8 %: each
+  // call of the AMX GEMM configures and releases the tiles in every task and
+  // packs its rows of A again, and the whole f32 product (784 x 784) stays in
+  // the cores' L2 anyway.
+  if (m * n <= kWholeProduct || m <= kRowChunk || p.bf16) {
     p.rows(0, m, product);
     run_host_kernel(kernel, m * n, args, rng_seed, rng_offset);
     return;
@@ -193,10 +192,8 @@ void run_gemm_epilogue(const BoundSymbol& region, const Tensor* operands, float*
   // cache, every range of the kernel a whole run of rows.  Every chunk has
   // more rows than the GEMM's small-m limit, so each element is the same sum
   // over k, in the same order, as in one GEMM of all rows.
-  const bool dots = !p.bf16 && p.acs == 1 && p.brs == 1 && p.bcs >= k;  // a layout gemm_f32 may take by dot products
+  const bool dots = p.acs == 1 && p.brs == 1 && p.bcs >= k;  // a layout gemm_f32 may take by dot products
   if (k <= kChunkDepth && !dots) {
-    if (p.bf16 && k > 0 && cpu::bf16_gemm() == cpu::Bf16Gemm::amx)  // B packed once, not once per chunk
-      p.packed = cpu::amx_pack_b(static_cast<const BF16*>(p.b), k, n, p.brs, p.bcs);
     const int64_t chunks = m / kRowChunk;  // the last one takes the rest too
     const size_t nargs = static_cast<size_t>(kernel.args);  // the product, the inputs, the outputs
     cpu::parallel_tasks(chunks, [&](int64_t c) {

@@ -1,6 +1,6 @@
 // Under bf16 autocast a weight's gradient is a bf16 matmul keeping its f32
-// sums (out_dtype=f32); the GEMM epilogue pass puts Adam's update in its
-// store as it does for f32.  The fused step must give the bits of the same
+// sums (out_dtype=f32); the GEMM epilogue pass puts it at the head of Adam's
+// update region as it does for f32.  The fused step must give the bits of the same
 // step without the pass, on every bf16 GEMM path.
 #include <doctest/doctest.h>
 
@@ -27,9 +27,9 @@ using volt::testing::max_abs_diff;
 
 namespace {
 
-// A 300 -> 200 -> 5 MLP with dropout: the first weight's gradient (200 x 300)
-// is made in chunks of rows at batch 8 and 32 and whole at batch 80; the
-// second's (5 x 200) always whole.
+// A 300 -> 200 -> 5 MLP with dropout (bias on and off): both weights'
+// gradients (200 x 300, 5 x 200) are bf16 products with f32 sums, made whole
+// and then updated by Adam's kernel in the same region.
 struct Run {
   std::shared_ptr<nn::MLP> net;
   std::unique_ptr<nn::Adam> opt;
