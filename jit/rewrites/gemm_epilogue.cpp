@@ -11,6 +11,7 @@
 #include <volt/jit/passes.h>
 #include <volt/jit/pipeline.h>
 #include <volt/tensor/cpu/gemm.h>
+#include <volt/tensor/cpu/gemm_bf16.h>
 #include <volt/tensor/cpu/threads.h>
 
 namespace volt::jit {
@@ -18,15 +19,19 @@ namespace volt::jit {
 namespace {
 
 // The product a GEMM epilogue can take: a matmul of two 2-D f32 CPU operands,
-// or a linear (x W^T + bias) of a 2-D input, a 2-D weight and a bias or none.
+// or a linear (x W^T + bias) of a 2-D input, a 2-D weight and a bias or none;
+// or a matmul of two 2-D bf16 CPU operands keeping its f32 sums
+// (out_dtype=f32: a weight's gradient under autocast, wide_matmul.h).
 bool plain_gemm(const BoundSymbol& b) {
   if (b.is_fusion() || (b.call.op != OpId::matmul && b.call.op != OpId::linear) || b.outputs.size() != 1) return false;
   if (b.executor && b.executor != &eager_executor()) return false;  // another executor's product stays its own
   const std::vector<Tensor> args = tensor_args(b);
   const bool linear = b.call.op == OpId::linear;
   if (args.size() != 2 && !(linear && args.size() == 3)) return false;
+  const DType operand = !linear && b.call.attrs.flag ? DType::bf16 : DType::f32;
   for (const Tensor& t : {args[0], args[1], b.outputs[0]})
-    if (t.dim() != 2 || t.dtype() != DType::f32 || !t.device().is_cpu()) return false;
+    if (t.dim() != 2 || !t.device().is_cpu()) return false;
+  if (args[0].dtype() != operand || args[1].dtype() != operand || b.outputs[0].dtype() != DType::f32) return false;
   if (linear && args.size() == 3) {
     const Tensor& bias = args[2];
     if (bias.dim() != 1 || bias.dtype() != DType::f32 || !bias.device().is_cpu() || bias.size(0) != args[1].size(0) ||
@@ -119,34 +124,66 @@ void kernel_on_block(void* ctx, float*, int64_t, int64_t i0, int64_t j0, int64_t
 
 }  // namespace
 
+namespace {
+
+// The product of a region's operands, any run of its rows at a time: the f32
+// GEMM, or the bf16 one keeping its f32 sums (as the unfused matmul with
+// out_dtype=f32 makes them, tensor/cpu/matmul_bf16.cpp).
+struct Product {
+  bool bf16 = false;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  int64_t m = 0, k = 0, n = 0, ars = 0, acs = 0, brs = 0, bcs = 0;
+  cpu::GemmStore store;
+
+  // Rows [i0, i0 + rows) into c (row stride n).
+  void rows(int64_t i0, int64_t count, float* c) const {
+    if (!bf16)
+      return cpu::gemm_f32(static_cast<const float*>(a) + i0 * ars, count, k, ars, acs, static_cast<const float*>(b),
+                           n, brs, bcs, c, n, store);
+    const BF16* pa = static_cast<const BF16*>(a) + i0 * ars;
+    cpu::gemm_bf16(pa, count, k, ars, acs, static_cast<const BF16*>(b), n, brs, bcs, c, n);
+  }
+};
+
+}  // namespace
+
 void run_gemm_epilogue(const BoundSymbol& region, const Tensor* operands, float* product, void* const* args,
                        unsigned long long rng_seed, unsigned long long rng_offset) {
   VOLT_CHECK(region.kernel && region.kernel->fn, region.fusion_name, "its kernel is not compiled");
-  const bool linear = region.subsymbols.front().call.op == OpId::linear;
+  const BoundSymbol& gemm = region.subsymbols.front();
+  const bool linear = gemm.call.op == OpId::linear;
+  const DType operand = !linear && gemm.call.attrs.flag ? DType::bf16 : DType::f32;
   const Tensor& a = operands[0];
   const Tensor& w = operands[1];
-  VOLT_CHECK(a.dim() == 2 && w.dim() == 2 && a.dtype() == DType::f32 && w.dtype() == DType::f32 &&
+  VOLT_CHECK(a.dim() == 2 && w.dim() == 2 && a.dtype() == operand && w.dtype() == operand &&
                  a.size(1) == (linear ? w.size(1) : w.size(0)),
              region.fusion_name,
-             "expects two f32 matrices that multiply" << (linear ? " (x W^T)" : "") << ", got " << a.meta_str()
-                                                      << " and " << w.meta_str());
-  cpu::GemmStore store;
+             "expects two " << dtype_name(operand) << " matrices that multiply" << (linear ? " (x W^T)" : "")
+                            << ", got " << a.meta_str() << " and " << w.meta_str());
+  Product p;
+  p.bf16 = operand == DType::bf16;
   if (linear && gemm_operands(region) == 3) {
     const Tensor& bias = operands[2];
     VOLT_CHECK(bias.dim() == 1 && bias.dtype() == DType::f32 && bias.size(0) == w.size(0) && bias.is_contiguous(),
                region.fusion_name, "expects a contiguous f32 bias of " << w.size(0) << ", got " << bias.meta_str());
-    store.bias = bias.data_ptr<float>();
+    p.store.bias = bias.data_ptr<float>();
   }
   const FusedKernel& kernel = *region.kernel;
   // B is the weight itself (matmul) or its transpose (linear's W^T).
   const int64_t m = a.size(0), k = a.size(1), n = linear ? w.size(0) : w.size(1);
-  const int64_t ars = a.stride(0), acs = a.stride(1);
-  const int64_t brs = linear ? w.stride(1) : w.stride(0), bcs = linear ? w.stride(0) : w.stride(1);
-  const float* pa = a.data_ptr<float>();
-  const float* pb = w.data_ptr<float>();
+  p.m = m, p.k = k, p.n = n, p.ars = a.stride(0), p.acs = a.stride(1);
+  p.brs = linear ? w.stride(1) : w.stride(0), p.bcs = linear ? w.stride(0) : w.stride(1);
+  p.a = a.raw_data(), p.b = w.raw_data();
   // A small product stays in cache anyway: the GEMM, then the kernel over all of it.
-  if (m * n <= kWholeProduct || m <= kRowChunk) {
-    cpu::gemm_f32(pa, m, k, ars, acs, pb, n, brs, bcs, product, n, store);
+  // So does a bf16 one: made in chunks of rows (each chunk's sums the bits of
+  // the whole product's) it measured slower than whole at batch 8 on the AMX
+  // path, 48-row chunks by about 15 %, one chunk per thread by 0 to 8 %: each
+  // call of the AMX GEMM configures and releases the tiles in every task and
+  // packs its rows of A again, and the whole f32 product (784 x 784) stays in
+  // the cores' L2 anyway.
+  if (m * n <= kWholeProduct || m <= kRowChunk || p.bf16) {
+    p.rows(0, m, product);
     run_host_kernel(kernel, m * n, args, rng_seed, rng_offset);
     return;
   }
@@ -155,7 +192,7 @@ void run_gemm_epilogue(const BoundSymbol& region, const Tensor* operands, float*
   // cache, every range of the kernel a whole run of rows.  Every chunk has
   // more rows than the GEMM's small-m limit, so each element is the same sum
   // over k, in the same order, as in one GEMM of all rows.
-  const bool dots = acs == 1 && brs == 1 && bcs >= k;  // a layout the GEMM may take by dot products
+  const bool dots = p.acs == 1 && p.brs == 1 && p.bcs >= k;  // a layout gemm_f32 may take by dot products
   if (k <= kChunkDepth && !dots) {
     const int64_t chunks = m / kRowChunk;  // the last one takes the rest too
     const size_t nargs = static_cast<size_t>(kernel.args);  // the product, the inputs, the outputs
@@ -168,7 +205,7 @@ void run_gemm_epilogue(const BoundSymbol& region, const Tensor* operands, float*
       // first element (as an address: only [i0 n, (i0 + rows) n) is read).
       static thread_local std::vector<float> buffer;
       if (buffer.size() < static_cast<size_t>(rows * n)) buffer.resize(static_cast<size_t>(rows * n));
-      cpu::gemm_f32(pa + i0 * ars, rows, k, ars, acs, pb, n, brs, bcs, buffer.data(), n, store);
+      p.rows(i0, rows, buffer.data());
       std::vector<void*>& local = chunk_args();
       local.assign(args, args + nargs);
       local[0] = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(buffer.data()) -
@@ -183,13 +220,13 @@ void run_gemm_epilogue(const BoundSymbol& region, const Tensor* operands, float*
   // slower than the two passes, and often a few per cent faster).
   BlockKernel on_block{&kernel, args, rng_seed, rng_offset, n};
   if (linear) {
-    store.epilogue = {&kernel_on_block, &on_block};
-    cpu::gemm_f32(pa, m, k, ars, acs, pb, n, brs, bcs, product, n, store);
+    p.store.epilogue = {&kernel_on_block, &on_block};
+    p.rows(0, m, product);
     return;
   }
   // A deep weight gradient (a large batch): each chunk would pack B again,
   // which measured slower than the two passes; so those.
-  cpu::gemm_f32(pa, m, k, ars, acs, pb, n, brs, bcs, product, n, store);
+  p.rows(0, m, product);
   run_host_kernel(kernel, m * n, args, rng_seed, rng_offset);
 }
 

@@ -43,7 +43,13 @@
 // of the product the same sum in the same order: the same bits as the unfused
 // trace.
 //
-// Applies to CPU fusion regions only, to a 2-D f32 matmul or linear whose
+// Under bf16 autocast a weight's gradient is a bf16 matmul keeping its f32
+// sums (out_dtype=f32, wide_matmul.h); it heads the update region too, but is
+// made whole and then updated (in chunks of rows it measured slower on the
+// AMX path, whose every call configures the tiles and packs A again).
+//
+// Applies to CPU fusion regions only, to a 2-D f32 matmul or linear (or such
+// a bf16 matmul with f32 sums) whose
 // product has the region's shape and is read by nothing else, and whose
 // operands the rest of the region does not read; the rest of a region (the
 // updates of parameters with no such GEMM) stays a region of its own.  The
