@@ -16,76 +16,17 @@
 #include <volt/tensor/random.h>
 #include <volt/tensor/storage.h>
 
+#include "jit/rewrites/epilogue_mlp.h"
 #include "tensor/reference.h"
 
 using namespace volt;
+using namespace volt::testing::epilogue_mlp;
 using volt::testing::max_abs_diff;
 
-namespace {
-
-// A 300 -> 200 -> 5 MLP: the first weight's gradient (200 x 300) is large
+// The MLP of epilogue_mlp.h: the first weight's gradient (200 x 300) is large
 // enough to be made in chunks of rows (batch 8 and 32; the last chunk takes
 // the 8 rows left over) or, deeper (batch 80), whole; the second's (5 x 200)
 // is always made whole.
-struct Run {
-  std::shared_ptr<nn::MLP> net;
-  std::unique_ptr<nn::Adam> opt;
-  std::vector<double> losses;
-};
-
-Run make_run() {
-  manual_seed(3);
-  Run r;
-  r.net = std::make_shared<nn::MLP>(300, std::vector<int64_t>{200, 5}, true, 0.2);
-  r.opt = std::make_unique<nn::Adam>(r.net->parameters(), nn::AdamOptions{.lr = 1e-2});
-  return r;
-}
-
-Tensor eager_step(nn::MLP& net, nn::Adam& opt, const Tensor& x, const Tensor& y) {
-  Tensor loss = nn::functional::cross_entropy(net(x), y);
-  opt.zero_grad();
-  loss.backward();
-  opt.step();
-  return loss;
-}
-
-// `steps` steps of batch `batch`, eagerly (options == nullptr) or compiled with `options`.
-Run train(int64_t batch, int steps, const jit::StepOptions* options, std::unique_ptr<jit::CompiledStep>* keep = nullptr) {
-  Run r = make_run();
-  manual_seed(50);
-  std::vector<std::pair<Tensor, Tensor>> data;
-  for (int i = 0; i < 3; ++i) data.emplace_back(Tensor::randn({batch, 300}), Tensor::randint(0, 5, {batch}));
-  std::unique_ptr<jit::CompiledStep> step;
-  if (options) {
-    jit::StepOptions o = *options;
-    o.state = {*r.net, *r.opt};
-    step = std::make_unique<jit::CompiledStep>(jit::compile_step(
-        [net = r.net.get(), opt = r.opt.get()](const Tensor& x, const Tensor& y) { return eager_step(*net, *opt, x, y); },
-        std::move(o)));
-  }
-  manual_seed(77);
-  for (int i = 0; i < steps; ++i) {
-    const auto& [x, y] = data[static_cast<size_t>(i) % data.size()];
-    r.losses.push_back((step ? (*step)(x, y) : eager_step(*r.net, *r.opt, x, y)).item_double());
-  }
-  if (keep) *keep = std::move(step);
-  return r;
-}
-
-double param_diff(const Run& a, const Run& b) {
-  double d = 0;
-  auto pa = a.net->parameters(), pb = b.net->parameters();
-  for (size_t i = 0; i < pa.size(); ++i) d = std::max(d, max_abs_diff(pa[i], pb[i]));
-  return d;
-}
-
-double loss_diff(const Run& a, const Run& b) {
-  double d = 0;
-  for (size_t i = 0; i < a.losses.size(); ++i) d = std::max(d, std::fabs(a.losses[i] - b.losses[i]));
-  return d;
-}
-
-}  // namespace
 
 TEST_CASE("gemm epilogue: Adam in the weight gradient's GEMM equals eager, and the unfused step bit for bit") {
   for (int64_t batch : {8, 32, 80}) {

@@ -20,64 +20,21 @@
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 
+#include "jit/rewrites/epilogue_mlp.h"
 #include "tensor/reference.h"
 
 using namespace volt;
+using namespace volt::testing::epilogue_mlp;
 using volt::testing::max_abs_diff;
 
 namespace {
 
-// A 300 -> 200 -> 5 MLP with dropout (bias on and off): both weights'
-// gradients (200 x 300, 5 x 200) are bf16 products with f32 sums, made whole
-// and then updated by Adam's kernel in the same region.
-struct Run {
-  std::shared_ptr<nn::MLP> net;
-  std::unique_ptr<nn::Adam> opt;
-  std::vector<double> losses;
-};
-
-Tensor step_body(nn::MLP& net, nn::Adam& opt, const Tensor& x, const Tensor& y) {
-  Tensor loss = nn::functional::cross_entropy(net(x), y);
-  opt.zero_grad();
-  loss.backward();
-  opt.step();
-  return loss;
-}
-
-// `steps` compiled bf16 steps of batch `batch`.
-Run train(int64_t batch, bool bias, int steps, jit::StepOptions o, std::unique_ptr<jit::CompiledStep>* keep = nullptr) {
-  manual_seed(3);
-  Run r;
-  r.net = std::make_shared<nn::MLP>(300, std::vector<int64_t>{200, 5}, bias, 0.2);
-  r.opt = std::make_unique<nn::Adam>(r.net->parameters(), nn::AdamOptions{.lr = 1e-2});
-  manual_seed(50);
-  std::vector<std::pair<Tensor, Tensor>> data;
-  for (int i = 0; i < 3; ++i) data.emplace_back(Tensor::randn({batch, 300}), Tensor::randint(0, 5, {batch}));
-  o.state = {*r.net, *r.opt};
+// `steps` compiled bf16 steps of batch `batch` of the MLP (bias on or off):
+// both weights' gradients (200 x 300, 5 x 200) are bf16 products with f32
+// sums, made whole and then updated by Adam's kernel in the same region.
+Run train_bf16(int64_t batch, bool bias, int steps, jit::StepOptions o, std::unique_ptr<jit::CompiledStep>* keep = nullptr) {
   o.autocast = DType::bf16;
-  auto step = std::make_unique<jit::CompiledStep>(jit::compile_step(
-      [net = r.net.get(), opt = r.opt.get()](const Tensor& x, const Tensor& y) { return step_body(*net, *opt, x, y); },
-      std::move(o)));
-  manual_seed(77);
-  for (int i = 0; i < steps; ++i) {
-    const auto& [x, y] = data[static_cast<size_t>(i) % data.size()];
-    r.losses.push_back((*step)(x, y).item_double());
-  }
-  if (keep) *keep = std::move(step);
-  return r;
-}
-
-double param_diff(const Run& a, const Run& b) {
-  double d = 0;
-  auto pa = a.net->parameters(), pb = b.net->parameters();
-  for (size_t i = 0; i < pa.size(); ++i) d = std::max(d, max_abs_diff(pa[i], pb[i]));
-  return d;
-}
-
-double loss_diff(const Run& a, const Run& b) {
-  double d = 0;
-  for (size_t i = 0; i < a.losses.size(); ++i) d = std::max(d, std::fabs(a.losses[i] - b.losses[i]));
-  return d;
+  return train(batch, steps, &o, keep, bias);
 }
 
 // The step's regions whose GEMM is a bf16 matmul with f32 sums, by product shape.
@@ -109,9 +66,9 @@ TEST_CASE("gemm epilogue bf16: Adam in the bf16 weight gradient's GEMM equals th
       plain_options.gemm_epilogues = false;
       unplanned_options.memory_plan = false;  // the regions run by the fusion executor instead
       std::unique_ptr<jit::CompiledStep> step, plain_step;
-      const Run fused = train(batch, bias, 6, fused_options, &step);
-      const Run plain = train(batch, bias, 6, plain_options, &plain_step);
-      const Run unplanned = train(batch, bias, 6, unplanned_options);
+      const Run fused = train_bf16(batch, bias, 6, fused_options, &step);
+      const Run plain = train_bf16(batch, bias, 6, plain_options, &plain_step);
+      const Run unplanned = train_bf16(batch, bias, 6, unplanned_options);
       CHECK(loss_diff(fused, plain) == 0);
       CHECK(param_diff(fused, plain) == 0);
       CHECK(param_diff(unplanned, plain) == 0);
@@ -148,8 +105,8 @@ TEST_CASE("gemm epilogue bf16: each bf16 GEMM path and 1 to 3 threads give the u
     for (int threads : {1, 2, 3}) {
       CAPTURE(threads);
       cpu::set_num_threads(threads);
-      const Run plain = train(8, true, 4, plain_options);
-      const Run fused = train(8, true, 4, {});
+      const Run plain = train_bf16(8, true, 4, plain_options);
+      const Run fused = train_bf16(8, true, 4, {});
       cpu::set_num_threads(before);
       CHECK(loss_diff(fused, plain) == 0);
       CHECK(param_diff(fused, plain) == 0);

@@ -128,25 +128,18 @@ void check_strided(const std::vector<float>& c, const Strided& a, const Strided&
   CHECK(bad == 0);
 }
 
-TEST_CASE("bf16 GEMM amx: odd shapes, transposed and strided operands, 1 and 2 threads, against f64") {
-  if (!bf16_amx_supported()) {
-    VOLT_SKIP("AMX is not available: " + amx_unavailable_reason());
-  }
-  PathGuard guard(Bf16Gemm::amx);
+// Each (m, k, n) on 1 and 2 threads, A and B in each of the first `layouts`
+// of Strided's layouts, against f64 (the products over 2M multiply-adds in
+// the first two layouts only); the thread count restored after.
+void check_shapes(const std::vector<std::array<int64_t, 3>>& shapes, int layouts, std::mt19937& gen) {
   const int threads = num_threads();
-  std::mt19937 gen(21);
-  // m, k, n: tails in every direction, full 32 x 32 blocks, several k-blocks
-  // (k > 256) and two column blocks (n > 1024).
-  const int64_t shapes[][3] = {{1, 1, 1},     {7, 13, 5},    {17, 33, 65}, {100, 129, 31}, {257, 64, 1000},
-                               {32, 32, 32},  {64, 96, 48},  {33, 31, 17}, {16, 784, 16},  {40, 600, 1100},
-                               {3, 1000, 2}};
   for (int t : {1, 2}) {
     set_num_threads(t);
     for (const auto& shape : shapes)
-      for (int la = 0; la < 3; ++la)
-        for (int lb = 0; lb < 3; ++lb) {
+      for (int la = 0; la < layouts; ++la)
+        for (int lb = 0; lb < layouts; ++lb) {
           const int64_t m = shape[0], k = shape[1], n = shape[2];
-          if (m * k * n > 2'000'000 && (la == 2 || lb == 2)) continue;  // the big ones in the two usual layouts
+          if (m * k * n > 2'000'000 && (la == 2 || lb == 2)) continue;
           CAPTURE(t);
           CAPTURE(m);
           CAPTURE(k);
@@ -160,6 +153,28 @@ TEST_CASE("bf16 GEMM amx: odd shapes, transposed and strided operands, 1 and 2 t
         }
   }
   set_num_threads(threads);
+}
+
+TEST_CASE("bf16 GEMM amx: odd shapes, transposed and strided operands, 1 and 2 threads, against f64") {
+  if (!bf16_amx_supported()) {
+    VOLT_SKIP("AMX is not available: " + amx_unavailable_reason());
+  }
+  PathGuard guard(Bf16Gemm::amx);
+  std::mt19937 gen(21);
+  // m, k, n: tails in every direction, full 32 x 32 blocks, several k-blocks
+  // (k > 256) and two column blocks (n > 1024).
+  check_shapes({{1, 1, 1},
+                {7, 13, 5},
+                {17, 33, 65},
+                {100, 129, 31},
+                {257, 64, 1000},
+                {32, 32, 32},
+                {64, 96, 48},
+                {33, 31, 17},
+                {16, 784, 16},
+                {40, 600, 1100},
+                {3, 1000, 2}},
+               3, gen);
   // A row stride of C wider than n: the columns past n are left alone.
   const Strided a(45, 70, 0, gen), b(70, 37, 1, gen);
   std::vector<float> wide(size_t(45 * 40), -7.0f), c(size_t(45 * 37));
@@ -178,33 +193,13 @@ TEST_CASE("bf16 GEMM amx: several column groups of B and k blocks with tails, ag
     VOLT_SKIP("AMX is not available: " + amx_unavailable_reason());
   }
   PathGuard guard(Bf16Gemm::amx);
-  const int threads = num_threads();
   std::mt19937 gen(23);
   // The kernel packs B in column groups of about 1 MB with all of k (k = 1030:
   // 33 chunks of 32, 15 panels of 32 columns a group, so n = 500 makes 2
   // groups of 256 and 244 columns) and walks k in blocks whose last one is
   // short (1030 is no multiple of 32 or of a block); m of 1 row, of 33 (a
   // 1-row tail block), k of 1 across one wide group.
-  const int64_t shapes[][3] = {{33, 1030, 500}, {1, 1030, 500}, {2, 1, 3000}, {48, 2100, 40}};
-  for (int t : {1, 2}) {
-    set_num_threads(t);
-    for (const auto& shape : shapes)
-      for (int la = 0; la < 2; ++la)
-        for (int lb = 0; lb < 2; ++lb) {
-          const int64_t m = shape[0], k = shape[1], n = shape[2];
-          CAPTURE(t);
-          CAPTURE(m);
-          CAPTURE(k);
-          CAPTURE(n);
-          CAPTURE(la);
-          CAPTURE(lb);
-          const Strided a(m, k, la, gen), b(k, n, lb, gen);
-          std::vector<float> c(size_t(m * n), NAN);
-          gemm_bf16(a.data.data(), m, k, a.rs, a.cs, b.data.data(), n, b.rs, b.cs, c.data(), n);
-          check_strided(c, a, b, m, k, n);
-        }
-  }
-  set_num_threads(threads);
+  check_shapes({{33, 1030, 500}, {1, 1030, 500}, {2, 1, 3000}, {48, 2100, 40}}, 2, gen);
 }
 
 TEST_CASE("bf16 GEMM amx: equal to the dpbf16 path within the order of summation") {
