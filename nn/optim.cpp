@@ -231,6 +231,10 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
   check_non_negative(options.lr, "SGD", "lr");
   check_non_negative(options.momentum, "SGD", "momentum");
   check_non_negative(options.weight_decay, "SGD", "weight_decay");
+  VOLT_CHECK(std::isfinite(options.dampening), "SGD", "dampening must be finite, got " << options.dampening);
+  VOLT_CHECK(!options.nesterov || (options.momentum > 0 && options.dampening == 0), "SGD",
+             "Nesterov momentum needs a momentum > 0 and zero dampening, got momentum "
+                 << options.momentum << " and dampening " << options.dampening);
 }
 
 void SGD::set_lr(double lr) {
@@ -267,6 +271,10 @@ void SGD::traced_step() {
   for (const Tensor& p : params_)
     if (p.grad().defined() && std::none_of(neg_lr.begin(), neg_lr.end(), [&](const auto& c) { return c.first == p.dtype(); }))
       neg_lr.push_back({p.dtype(), (-lr_).to(p.dtype())});
+  VOLT_CHECK(o.momentum == 0 || o.dampening == 0, "SGD",
+             "dampening " << o.dampening << " in a traced step (compile_step) is not supported: the "
+                          "traced program cannot tell the first step (buf = g, undamped) from the "
+                          "others; step eagerly, or use dampening 0");
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
@@ -274,7 +282,7 @@ void SGD::traced_step() {
     if (o.weight_decay != 0) g = g + p * o.weight_decay;
     if (o.momentum != 0) {
       momentum_[i].copy_(momentum_[i] * o.momentum + g);
-      g = momentum_[i];
+      g = o.nesterov ? g + momentum_[i] * o.momentum : momentum_[i];
     }
     const Tensor& step = std::find_if(neg_lr.begin(), neg_lr.end(), [&](const auto& c) { return c.first == p.dtype(); })->second;
     p.copy_(p + step * g);
@@ -291,6 +299,8 @@ void SGD::step() {
     return;
   }
   const auto& o = options_;
+  // The fused kernels take the plain rule; dampening and Nesterov take the ops below.
+  const bool plain = o.dampening == 0 && !o.nesterov;
   std::vector<cuda::SGDSlot> cuda_slots;  // CUDA parameters: one fused launch below
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
@@ -302,11 +312,11 @@ void SGD::step() {
     const bool first = !buf.defined();
     if (o.momentum != 0 && first) buf = Tensor::zeros(p.sizes(), p.dtype(), p.device());
 
-    if (cuda_fused_path(p)) {
+    if (plain && cuda_fused_path(p)) {
       cuda_slots.push_back({p, g, o.momentum != 0 ? buf : Tensor(), first});
       continue;
     }
-    if (host_fast_path(p)) {
+    if (plain && host_fast_path(p)) {
       VOLT_DISPATCH_DTYPE(p.dtype(), [&] {
         if constexpr (std::is_floating_point_v<scalar_t>) {
           sgd_kernel<scalar_t>(p.data_ptr<scalar_t>(), g.data_ptr<scalar_t>(),
@@ -321,8 +331,8 @@ void SGD::step() {
     if (o.weight_decay != 0) g = g + p * o.weight_decay;
     if (o.momentum != 0) {
       if (first) buf.copy_(g);
-      else buf.mul_(o.momentum).add_(g);
-      g = buf;
+      else buf.mul_(o.momentum).add_(g, 1 - o.dampening);
+      g = o.nesterov ? g + buf * o.momentum : buf;
     }
     p.add_(g, -o.lr);
   }

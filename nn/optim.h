@@ -116,10 +116,15 @@ struct SGDOptions {
   double lr = 1e-2;
   double momentum = 0.0;
   double weight_decay = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;  // needs momentum > 0 and dampening 0
 };
 
-// g += wd * p;  buf = g on the first step, else momentum * buf + g;  p -= lr * buf
-// (buf is g itself when momentum is 0.)
+// PyTorch's rule: g += wd * p;  buf = g on the first step, else
+// momentum * buf + (1 - dampening) g;  then g = g + momentum * buf (nesterov)
+// or buf;  p -= lr * g  (buf is not used when momentum is 0).  A traced step
+// (compile_step) takes dampening 0 only: its one program cannot tell the
+// first step, whose buf is g undamped, from the others.
 class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, SGDOptions options);

@@ -19,6 +19,12 @@ class SGDOptions {
   VOLT_OPTION(SGDOptions, lr)
   VOLT_OPTION(SGDOptions, momentum)
   VOLT_OPTION(SGDOptions, weight_decay)
+  VOLT_OPTION(SGDOptions, dampening)
+  SGDOptions& nesterov(bool v) {
+    o_.nesterov = v;
+    return *this;
+  }
+  bool nesterov() const { return o_.nesterov; }
   operator const nn::SGDOptions&() const { return o_; }
 
  private:

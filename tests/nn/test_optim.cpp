@@ -8,6 +8,7 @@
 #include <volt/nn/linear.h>
 #include <volt/nn/lr_scheduler.h>
 #include <volt/nn/optim.h>
+#include <volt/nn/optim_options.h>
 
 using namespace volt;
 
@@ -133,6 +134,45 @@ TEST_CASE("SGD with momentum and weight decay: two steps by hand") {
       CHECK(pv[i] == doctest::Approx(w).epsilon(f64 ? 1e-12 : 1e-6));
     }
   }
+}
+
+TEST_CASE("SGD with dampening or Nesterov momentum: three steps by PyTorch's rule, by hand") {
+  // buf = g on the first step, else momentum buf + (1 - dampening) g; the
+  // step along g + momentum buf (Nesterov) or buf.
+  const std::vector<nn::SGDOptions> cases{{.lr = 0.1, .momentum = 0.9, .dampening = 0.3},
+                                          {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true},
+                                          {.lr = 0.05, .momentum = 0.5, .weight_decay = 0.1, .dampening = 0.5}};
+  for (const nn::SGDOptions& o : cases)
+    for (bool f64 : {false, true}) {
+      CAPTURE(o.dampening);
+      CAPTURE(o.nesterov);
+      CAPTURE(f64);
+      Tensor p = f64 ? make<double>(kP0) : make<float>(kP0);
+      nn::SGD opt({p}, o);
+      for (const auto* g : {&kG1, &kG2, &kG1}) {
+        p.set_grad(f64 ? make<double>(*g) : make<float>(*g));
+        opt.step();
+      }
+      auto pv = p.to_vector<double>();
+      for (size_t i = 0; i < kP0.size(); ++i) {
+        double w = kP0[i], buf = 0;
+        for (int k = 0; k < 3; ++k) {
+          const double g = (k == 1 ? kG2[i] : kG1[i]) + o.weight_decay * w;
+          buf = k == 0 ? g : o.momentum * buf + (1 - o.dampening) * g;
+          w -= o.lr * (o.nesterov ? g + o.momentum * buf : buf);
+        }
+        CHECK(pv[i] == doctest::Approx(w).epsilon(f64 ? 1e-12 : 1e-6));
+      }
+    }
+  // LibTorch's spelling, and the rule's preconditions.
+  Tensor p = make<float>(kP0);
+  const nn::SGDOptions built = optim::SGDOptions(0.1).momentum(0.9).dampening(0).nesterov(true);
+  CHECK(built.nesterov);
+  CHECK(built.momentum == 0.9);
+  CHECK_THROWS_WITH_AS(nn::SGD({p}, {.lr = 0.1, .nesterov = true}), doctest::Contains("Nesterov momentum needs"),
+                       volt::Error);
+  CHECK_THROWS_WITH_AS(nn::SGD({p}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true}),
+                       doctest::Contains("zero dampening"), volt::Error);
 }
 
 TEST_CASE("plain SGD is p -= lr * g") {

@@ -99,6 +99,18 @@ TEST_CASE("compile_step: 50 SGD steps (momentum, weight decay) with dropout equa
   CHECK(param_diff < 1e-6);
 }
 
+TEST_CASE("compile_step: SGD with Nesterov momentum equals eager; dampening is refused by name") {
+  auto data = make_batches(5, 8);
+  auto [loss_diff, param_diff] =
+      compare<nn::SGD>(nn::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3, .nesterov = true}, 20, data,
+                       [](int, nn::SGD&, nn::SGD&) {});
+  CHECK(loss_diff < 1e-6);
+  CHECK(param_diff < 1e-6);
+  CHECK_THROWS_WITH_AS(compare<nn::SGD>(nn::SGDOptions{.lr = 0.05, .momentum = 0.9, .dampening = 0.5}, 2, data,
+                                        [](int, nn::SGD&, nn::SGD&) {}),
+                       doctest::Contains("SGD: dampening 0.5 in a traced step"), volt::Error);
+}
+
 TEST_CASE("compile_step: 20 Adadelta steps (weight decay) with dropout equal 20 eager steps") {
   auto data = make_batches(5, 8);
   std::unique_ptr<jit::CompiledStep> keep;
