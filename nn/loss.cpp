@@ -20,10 +20,6 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& target) {
   return volt::cross_entropy(logits, target, options_);
 }
 
-}  // namespace volt::nn
-
-namespace volt::nn {
-
 Tensor MSELoss::forward(const Tensor&) { throw Error("MSELoss: takes two inputs, (input, target); called with one"); }
 Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
   return volt::mse_loss(input, target, options_.reduction());

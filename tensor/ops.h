@@ -121,7 +121,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 Tensor embedding(const Tensor& weight, const Tensor& index, int64_t padding_idx = -1);
 // index: (k) integers -> x's slices index[0], ..., index[k-1] along dim, stacked
 // along dim (the other dims kept); for a floating x gradients add into the
-// slices picked; an integer or bool x is picked exactly (k * n * rest memory).
+// slices picked; an integer or bool x is picked exactly (tensor/index_select.cpp).
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 
 // ---- joining, splitting, masks (compositions of prims, tensor/shape_ops.cpp) ----
