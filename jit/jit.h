@@ -65,7 +65,7 @@ struct JitOptions {
   // Mixed precision: the autocast transform to bf16 or f16 (jit/autocast.h).
   // Unset, a call made under an AutocastGuard (tensor/autocast.h) takes the
   // guard's type; either way the type is part of the cache key.
-  std::optional<DType> autocast;
+  std::optional<DType> autocast{};
 };
 
 // What a call returns: the function's outputs, or (grad transforms) the

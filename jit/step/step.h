@@ -100,7 +100,7 @@ struct StepOptions {
   // reductions, backward casts and optimizer in f32 on f32 master weights.
   // Unset, a call made under an AutocastGuard takes the guard's type; either
   // way the type is part of the cache key.
-  std::optional<DType> autocast;
+  std::optional<DType> autocast{};
   JitOptions jit{};
 };
 

@@ -63,12 +63,64 @@ void volt_sim_launch(void (*f)(A...), void** p, void** bound, void (**run)(void*
 }
 #define VOLT_SIM_EXPORT(name) extern "C" void volt_sim_entry_##name(void** p, void** bound, \
     void (**run)(void*), void (**release)(void*)) { volt_sim_launch(name, p, bound, run, release); }
-#line 1 "volt_kernel.cu"
 )sim";
 
 }  // namespace cudasim
 
 using namespace cudasim;
+
+namespace {
+
+// VOLT_CXX, as for volt's CPU kernels, else the compiler this library was built with.
+std::string host_compiler() {
+  const char* cxx = std::getenv("VOLT_CXX");
+  return cxx && *cxx ? cxx : VOLT_CUDASIM_CXX;
+}
+
+// Without this library's preload: the compiler is not a CUDA program, and an
+// instrumented (sanitizer) build of it would fail the compiler's run.  The
+// flags are the same for the prelude and every kernel, as a precompiled header needs.
+std::string compiler_command(const std::string& cxx, const std::string& what, const std::string& log) {
+  return "env -u LD_PRELOAD " + cxx + " -std=c++17 -O1 -ffp-contract=off -fno-math-errno -fPIC -w " + what + " > " +
+         log + " 2>&1";
+}
+
+// The shim and the math functions are the same text in front of every kernel,
+// and parsing them (the standard headers above all) was 40 % of a kernel's
+// compile.  So they are written once per process and compiler as a header with
+// its GCC precompiled form beside it (prelude.h.gch), which the compiler takes
+// in place of the text when it fits, and ignores (reading the text) when not.
+// Removed when the process that made them exits; a forked child reads them too.
+struct Prelude {
+  std::string dir;
+  pid_t owner = 0;
+  ~Prelude() {
+    if (dir.empty() || ::getpid() != owner) return;
+    for (const char* f : {"/prelude.h.gch", "/prelude.h", "/log.txt"}) std::remove((dir + f).c_str());
+    ::rmdir(dir.c_str());
+  }
+};
+
+std::string prelude_header(const std::string& cxx) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<Prelude>> made;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& p = made[cxx];
+  if (!p) {
+    p = std::make_unique<Prelude>();
+    char dir[] = "/tmp/volt_cudasim_prelude_XXXXXX";
+    if (!::mkdtemp(dir)) return "";
+    p->dir = dir;
+    p->owner = ::getpid();
+    std::ofstream(p->dir + "/prelude.h") << kKernelShim << volt::kMathFunctionsSource;
+    const std::string header = p->dir + "/prelude.h";
+    if (std::system(compiler_command(cxx, "-x c++-header -o " + header + ".gch " + header, p->dir + "/log.txt").c_str()) != 0)
+      std::remove((header + ".gch").c_str());  // the text alone still serves
+  }
+  return p->dir.empty() ? "" : p->dir + "/prelude.h";
+}
+
+}  // namespace
 
 struct _nvrtcProgram {
   std::string source, name, log, image;
@@ -138,19 +190,19 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int, const char* const*) {
     if (std::regex_search(line, m, direct) || std::regex_search(line, m, macro))
       if (names.insert(m[1]).second) order.push_back(m[1]);
   }
-  std::string src = std::string(kKernelShim) + volt::kMathFunctionsSource + prog->source + "\n";
+  // The prelude (shim and math functions) comes precompiled where it could be;
+  // else as text, the same program either way.
+  const std::string cxx = host_compiler(), header = prelude_header(cxx);
+  std::string src = header.empty() ? std::string(kKernelShim) + volt::kMathFunctionsSource
+                                   : "#include \"" + header + "\"\n";
+  src += "#line 1 \"volt_kernel.cu\"\n" + prog->source + "\n";
   for (const std::string& n : order) src += "VOLT_SIM_EXPORT(" + n + ")\n";
 
   char dir[] = "/tmp/volt_cudasim_build_XXXXXX";
   if (!::mkdtemp(dir)) return NVRTC_ERROR_INTERNAL_ERROR;
   const std::string d = dir, cpp = d + "/kernel.cpp", so = d + "/kernel.so", log = d + "/log.txt";
   std::ofstream(cpp) << src;
-  const char* cxx = std::getenv("VOLT_CXX");
-  // Without this library's preload: the compiler is not a CUDA program, and an
-  // instrumented (sanitizer) build of it would fail the compiler's run.
-  const std::string cmd = "env -u LD_PRELOAD " + std::string(cxx && *cxx ? cxx : VOLT_CUDASIM_CXX) +
-                          " -std=c++17 -O1 -ffp-contract=off -fno-math-errno -shared -fPIC -w -o " + so + " " + cpp +
-                          " > " + log + " 2>&1";
+  const std::string cmd = compiler_command(cxx, "-shared -o " + so + " " + cpp, log);
   const int rc = std::system(cmd.c_str());
   std::ifstream lf(log);
   std::stringstream ls;

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-extern char** environ;
 
 TEST_CASE("tutorial: every chapter's program prints what its chapter quotes") {
   const std::string script = std::string(VOLT_SOURCE_DIR) + "/docs/tutorial/outputs.sh";

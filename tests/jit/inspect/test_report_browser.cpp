@@ -28,7 +28,6 @@
 #include "tests/jit/inspect/report_checks.h"
 #include "tests/skip.h"
 
-extern char** environ;
 
 using namespace volt;
 namespace fs = std::filesystem;
