@@ -112,6 +112,39 @@ TEST_CASE("cuda: the jit takes linear then relu into one cuBLASLt call (RELU_BIA
       }
 }
 
+// An input cuBLASLt is not given (a view 4 bytes into its storage: not at
+// the 256-byte alignment the plans assume) runs the two calls the line
+// replaced: the linear, then the activation's own kernel.
+TEST_CASE("cuda: the fused line falls back to linear and the activation where cuBLASLt declines the operands") {
+  SKIP_WITHOUT_GPU();
+  if (!cuda::cublas_lt()) {
+    VOLT_SKIP("cuBLASLt could not be opened (or VOLT_CUBLASLT=0)");
+  }
+  manual_seed(47);
+  Tensor wide = Tensor::randn({8, 34}), w = Tensor::randn({17, 33}), b = Tensor::randn({17});
+  for (const char* act : {"relu", "gelu"}) {
+    INFO(act);
+    const bool relu_act = std::string(act) == "relu";
+    auto f = jit::jit([relu_act](const std::vector<Tensor>& in) {
+      Tensor y = linear(in[0].narrow(1, 1, 33), in[1], in[2]);
+      return std::vector<Tensor>{relu_act ? relu(y) : gelu(y, "tanh")};
+    });
+    const std::vector<Tensor> args = on_gpu({wide, w, b});
+    (void)f(args);
+    cuda::synchronize(0);
+    const cuda::LaunchCounts before = cuda::launch_counts();
+    Tensor got = f(args)[0];
+    const cuda::LaunchCounts after = cuda::launch_counts();
+    const std::string trace = jit::last_traces(f).back().str();
+    INFO(trace);
+    CHECK(count_of(trace, relu_act ? "= cublas_linear_relu(" : "= cublas_linear_gelu(") == 1);
+    CHECK(after.cublas_calls - before.cublas_calls == 1);
+    CHECK(after.kernels - before.kernels >= 1);  // the activation (and the bias broadcast) as kernels
+    Tensor y = linear(wide.to(DType::f64).narrow(1, 1, 33), w.to(DType::f64), b.to(DType::f64));
+    CHECK(close(got, relu_act ? relu(y) : gelu(y, "tanh"), DType::f32, 33));
+  }
+}
+
 TEST_CASE("cuda: the jit takes gelu(x, 'tanh') after a linear into GELU_BIAS, never the exact gelu") {
   SKIP_WITHOUT_GPU();
   if (!cuda::cublas_lt()) {
