@@ -94,8 +94,9 @@ void cublas_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const T
 // GELU's tanh approximation (gelu(x, "tanh")).
 enum class LtActivation { none, relu, gelu_tanh };
 // act(x (m, k) W^T + bias) into out in one cuBLASLt call (f32, bf16 or f16,
-// all of one dtype, 2-D, the bias in the epilogue); with `pre` (GELU only)
-// also x W^T + bias, rounded to out's dtype, into pre.  False where cuBLASLt
+// all of one dtype, 2-D, the bias in the epilogue; an undefined bias: none,
+// with an activation); with `pre` (GELU only) also x W^T + bias, rounded to
+// out's dtype, into pre.  False where cuBLASLt
 // is absent or the case is not one it takes.
 bool cublaslt_linear_bias(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
                           LtActivation act = LtActivation::none, const Tensor* pre = nullptr);

@@ -9,8 +9,9 @@
 // - linear's bias and then ReLU or GELU (RELU_BIAS, GELU_BIAS; GELU_AUX_BIAS
 //   also writes the pre-activation, which GELU's backward reads), for a
 //   caller with a linear followed by the activation.  cuBLASLt's GELU is the
-//   tanh approximation.  No jit pass claims these yet: the seed MLP's ReLU
-//   shares its fused region with the dropout, and the GPT's GELU is erf's.
+//   tanh approximation.  Without a bias: RELU, GELU, GELU_AUX.  The jit's
+//   pass "cuBLASLt activation epilogue" (jit/cuda/lt_activation.cpp) takes
+//   a linear followed by relu or gelu(x, "tanh") into them.
 //
 // f32 (compute 32F, or 32F_FAST_TF32 with allow_tf32) and bf16/f16: A, B and
 // D in the 16-bit type, compute and scale type f32, the product accumulated
@@ -92,7 +93,8 @@ LtPlan make_plan(const CublasLtApi& lt, cublasLtHandle_t h, const GemmCall& c, c
   p.b = c.trans_second ? layout(lt, type, c.cols, c.inner, c.ld_second)
                        : layout(lt, type, c.inner, c.cols, c.ld_second);
   p.d = layout(lt, type, c.rows, c.cols, c.ld_out);
-  if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {  // the pre-activation, laid out as D
+  if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX) {
+    // the pre-activation, laid out as D
     const int64_t ld = c.ld_out;
     VOLT_CUBLAS_CHECK(lt.cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
   }
@@ -146,7 +148,8 @@ bool lt_gemm(const Tensor& a, const Tensor& b, const Tensor& out, cublasLtEpilog
   if (it == s.plans.end()) it = s.plans.emplace(key, make_plan(*lt, h, c, epilogue, t, tf32, workspace_bytes)).first;
   LtPlan& p = it->second;
   if (!p.usable) return false;
-  VOLT_CUBLAS_CHECK(lt->cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof vec));
+  if (vec)
+    VOLT_CUBLAS_CHECK(lt->cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof vec));
   if (aux)
     VOLT_CUBLAS_CHECK(
         lt->cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
@@ -160,19 +163,23 @@ bool lt_gemm(const Tensor& a, const Tensor& b, const Tensor& out, cublasLtEpilog
 
 }  // namespace
 
+// Without a bias (undefined), the activation alone: RELU, GELU or GELU_AUX.
 bool cublaslt_linear_bias(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
                           LtActivation act, const Tensor* pre) {
-  if (bias.dim() != 1 || !bias.is_contiguous() || bias.dtype() != out.dtype() || out.dim() != 2 ||
-      bias.size(0) != out.size(1))
+  const bool has_bias = bias.defined();
+  if (out.dim() != 2 || (!has_bias && act == LtActivation::none)) return false;
+  if (has_bias &&
+      (bias.dim() != 1 || !bias.is_contiguous() || bias.dtype() != out.dtype() || bias.size(0) != out.size(1)))
     return false;
   if (pre && (act != LtActivation::gelu_tanh || pre->dtype() != out.dtype() || pre->sizes() != out.sizes() ||
               !pre->is_contiguous()))
     return false;
-  const cublasLtEpilogue_t e = act == LtActivation::relu ? CUBLASLT_EPILOGUE_RELU_BIAS
-                               : act == LtActivation::none ? CUBLASLT_EPILOGUE_BIAS
-                               : pre                       ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                                                           : CUBLASLT_EPILOGUE_GELU_BIAS;
-  return lt_gemm(x, w.t(), out, e, bias.raw_data(), pre ? pre->raw_data() : nullptr);
+  cublasLtEpilogue_t e;
+  if (act == LtActivation::relu) e = has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+  else if (act == LtActivation::none) e = CUBLASLT_EPILOGUE_BIAS;
+  else if (pre) e = has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  else e = has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+  return lt_gemm(x, w.t(), out, e, has_bias ? bias.raw_data() : nullptr, pre ? pre->raw_data() : nullptr);
 }
 
 // dw (n, k) = g^T x: the column-major D = dw^T = x^T g, B = g^T read with op T,

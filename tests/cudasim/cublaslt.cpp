@@ -2,10 +2,12 @@
 // C and D all f32, bf16 or f16, f32 scale, compute type 32F (or
 // 32F_FAST_TF32 for f32), the ops of A and B, and the epilogues DEFAULT, BIAS
 // (a bias of D's rows, broadcast along its columns), RELU_BIAS, GELU_BIAS and
-// GELU_AUX_BIAS (bias, then ReLU or GELU's tanh approximation; the _AUX form
-// also stores the pre-activation at the aux pointer, laid out as D with
-// EPILOGUE_AUX_LD), and BGRADB (the sums of op(B) over the inner dimension,
-// one per column of D, written to the bias pointer).  The bias, the bias
+// GELU_AUX_BIAS (bias, then ReLU, max(v, 0), or GELU's tanh approximation
+// 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))); the _AUX form also stores
+// the pre-activation at the aux pointer, laid out as D with EPILOGUE_AUX_LD),
+// RELU, GELU and GELU_AUX (the same without a bias), and BGRADB (the sums
+// of op(B) over the inner dimension, one per column of D, written to the bias
+// pointer).  The bias, the bias
 // gradient and the aux matrix are of D's type, cuBLASLt's default.  f32: the
 // product summed in double, as the plain GEMMs of cublas.cpp are, and
 // alpha * product + beta * C + bias rounded once, so a linear with its bias
@@ -70,7 +72,7 @@ bool shapes(const SimLtDesc* d, const SimLtLayout* a, const SimLtLayout* b, cons
   const uint64_t bk = d->tb == CUBLAS_OP_N ? b->rows : b->cols, bn = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
   if (ak != bk || am != dl->rows || bn != dl->cols) return false;
   if (c && (c->rows != dl->rows || c->cols != dl->cols || c->type != t)) return false;
-  if (d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS && d->aux_ld < static_cast<int64_t>(std::max<uint64_t>(1, am)))
+  if ((d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX) && d->aux_ld < static_cast<int64_t>(std::max<uint64_t>(1, am)))
     return false;
   m = am, n = bn, k = ak;
   return true;
@@ -85,6 +87,9 @@ bool supported(const SimLtDesc* d) {
     case CUBLASLT_EPILOGUE_RELU_BIAS:
     case CUBLASLT_EPILOGUE_GELU_BIAS:
     case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+    case CUBLASLT_EPILOGUE_RELU:
+    case CUBLASLT_EPILOGUE_GELU:
+    case CUBLASLT_EPILOGUE_GELU_AUX:
     case CUBLASLT_EPILOGUE_BGRADB: return true;
     default: return false;
   }
@@ -108,8 +113,9 @@ void store(void* p, cudaDataType t, size_t i, double v) {
 
 // The epilogue's activation (GELU: the tanh approximation).
 double activate(cublasLtEpilogue_t e, double v) {
-  if (e == CUBLASLT_EPILOGUE_RELU_BIAS) return v > 0 ? v : 0.0;
-  if (e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+  if (e == CUBLASLT_EPILOGUE_RELU_BIAS || e == CUBLASLT_EPILOGUE_RELU) return v > 0 ? v : 0.0;
+  if (e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_GELU ||
+      e == CUBLASLT_EPILOGUE_GELU_AUX)
     return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
   return v;
 }
@@ -245,9 +251,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     return CUBLAS_STATUS_INVALID_VALUE;
   const float al_v = *static_cast<const float*>(alpha), be_v = *static_cast<const float*>(beta);
   const cublasLtEpilogue_t e = d->epilogue;
-  const bool bgrad = e == CUBLASLT_EPILOGUE_BGRADB, gelu_aux = e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool bgrad = e == CUBLASLT_EPILOGUE_BGRADB,
+             gelu_aux = e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX;
   const bool bias = e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS ||
-                    e == CUBLASLT_EPILOGUE_GELU_BIAS || gelu_aux;
+                    e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   const cudaDataType t = ld->type;
   const size_t w = type_bytes(t);
@@ -263,13 +270,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const void *a = A, *b = B, *c = C, *bv = d->bias;
   void *out = D, *aux = d->aux;
   static const char* const kNames[] = {"", " epilogue=BIAS", " epilogue=RELU_BIAS", " epilogue=GELU_BIAS",
-                                       " epilogue=GELU_AUX_BIAS", " epilogue=BGRADB"};
-  const int name = e == CUBLASLT_EPILOGUE_BIAS        ? 1
-                   : e == CUBLASLT_EPILOGUE_RELU_BIAS ? 2
-                   : e == CUBLASLT_EPILOGUE_GELU_BIAS ? 3
-                   : gelu_aux                         ? 4
-                   : bgrad                            ? 5
-                                                      : 0;
+                                       " epilogue=GELU_AUX_BIAS", " epilogue=BGRADB", " epilogue=RELU",
+                                       " epilogue=GELU", " epilogue=GELU_AUX"};
+  const int name = e == CUBLASLT_EPILOGUE_BIAS            ? 1
+                   : e == CUBLASLT_EPILOGUE_RELU_BIAS     ? 2
+                   : e == CUBLASLT_EPILOGUE_GELU_BIAS     ? 3
+                   : e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? 4
+                   : bgrad                                ? 5
+                   : e == CUBLASLT_EPILOGUE_RELU          ? 6
+                   : e == CUBLASLT_EPILOGUE_GELU          ? 7
+                   : e == CUBLASLT_EPILOGUE_GELU_AUX      ? 8
+                                                          : 0;
   std::string what = "cuBLASLt matmul m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
                      (f32 ? "" : t == CUDA_R_16BF ? " bf16" : " f16") + kNames[name];
   enqueue(stream, what, [=] {
