@@ -48,8 +48,18 @@ bool rewrites_enabled_by_default() {
   return !(e && std::strcmp(e, "0") == 0);
 }
 
+// VOLT_JIT_WITHOUT: names of passes, separated by commas, that no compile
+// runs (as PipelineOptions::without), to tell which pass a wrong result
+// comes from without rebuilding the program.
+static bool turned_off_by_env(const std::string& name) {
+  const char* e = std::getenv("VOLT_JIT_WITHOUT");
+  if (!e || !*e) return false;
+  const std::string list = std::string(",") + e + ",";
+  return list.find("," + name + ",") != std::string::npos;
+}
+
 bool PipelineOptions::runs(const NamedPass& p) const {
-  if (named(without, p.name)) return false;
+  if (named(without, p.name) || turned_off_by_env(p.name)) return false;
   if (p.opt_in) return named(with, p.name);
   return !p.rewrite || rewrites;
 }
