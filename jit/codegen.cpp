@@ -129,7 +129,7 @@ using namespace detail;
 // The kernel function of region `f`, its values named by `name`, its Philox
 // counters less `rng_shift`.
 std::string render(const BoundSymbol& f, const std::string& kernel_name, const NameFn& name,
-                   unsigned long long rng_shift) {
+                   unsigned long long rng_shift, bool sums_first) {
   if (is_row_region(f)) return render_rows(f, kernel_name, name, rng_shift);
   const Shape& shape = f.subsymbols.front().outputs.front().sizes();
   std::ostringstream os;
@@ -137,13 +137,24 @@ std::string render(const BoundSymbol& f, const std::string& kernel_name, const N
   // Booleans are read and written as bytes (0 or 1) and held in the loop as
   // ints: GCC leaves a loop that loads, holds or stores a `bool` unvectorised
   // ("no vectype"), Philox draws and all.
-  emit_pointers(os, f, name);
+  std::ostringstream pointers;
+  emit_pointers(pointers, f, name);
+  std::string ptrs = pointers.str();
+  if (sums_first) {  // the first pointer: the f32 sums the value is rounded from
+    const Tensor& in = f.fusion_inputs.front();
+    const size_t eol = ptrs.find('\n');
+    ptrs = "  const float* in_" + name(in) + " = (const float*)args[0];  // f32 sums, rounded to " +
+           dtype_name(in.dtype()) + " on load" + ptrs.substr(eol);
+  }
+  os << ptrs;
   os << "  VOLT_LOOP(i, n) {\n";
   // bf16 and f16 are loaded into float, every prim's result in them rounded
   // as eager mode stores it, and stored as bits (tensor/half.inc).
   for (const Tensor& in : f.fusion_inputs) {
     const std::string load = "in_" + name(in) + "[" + index_expr(in.sizes(), shape) + "]";
-    os << "    const " << local_type(in.dtype()) << " " << name(in) << " = " << load_value(in.dtype(), load) << ";\n";
+    const bool sums = sums_first && id_of(in) == id_of(f.fusion_inputs.front());
+    os << "    const " << local_type(in.dtype()) << " " << name(in) << " = "
+       << (sums ? round_value(in.dtype(), load) : load_value(in.dtype(), load)) << ";\n";
   }
   for (const BoundSymbol& p : f.subsymbols) {
     const Tensor& out = p.outputs[0];
@@ -199,8 +210,14 @@ void run_host_kernel(const FusedKernel& kernel, long long n, void* const* args, 
   cpu::parallel_for(n, grain, [&](int64_t begin, int64_t end) { kernel.fn(begin, end, args, rng_seed, rng_offset); });
 }
 
-std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& f, const ProxyNames& names) {
+std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& f, const ProxyNames& names, bool sums_first) {
   VOLT_CHECK(!f.subsymbols.empty(), f.fusion_name, "a fusion region without prims");
+  VOLT_CHECK(!sums_first || (!f.fusion_inputs.empty() && is_half(f.fusion_inputs.front().dtype()) &&
+                             !is_row_region(f)),
+             f.fusion_name,
+             "reads its first input as f32 sums rounded on load: an elementwise region whose first input is bf16 or "
+             "f16 (got "
+                 << (f.fusion_inputs.empty() ? std::string("no input") : f.fusion_inputs.front().meta_str()) << ")");
   // bf16 and f16: in elementwise prims of any region (host C++ and CUDA; a
   // row region's reductions read f32 or f64 only: is_row_reduction), no draws.
   for (const BoundSymbol& p : f.subsymbols) {
@@ -243,17 +260,17 @@ std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& f, const ProxyNa
   for (const BoundSymbol& p : f.subsymbols)
     for (const Tensor& o : p.outputs) define(o);
   auto canonical = [&](const Tensor& t) { return canon.at(id_of(t)); };
-  k->key = render(f, "fusion", canonical, k->rng_base);
+  k->key = render(f, "fusion", canonical, k->rng_base, sums_first);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash_string(k->key)));
   k->symbol = std::string("volt_fused_") + hex;
-  k->body = render(f, k->symbol, canonical, k->rng_base);
+  k->body = render(f, k->symbol, canonical, k->rng_base, sums_first);
 
   auto readable = [&](const Tensor& t) { return names.name(t); };
   const std::string extent = k->row_len > 0 ? std::to_string(k->extent) + " rows of " + std::to_string(k->row_len)
                                              : shape_str(f.subsymbols.front().outputs.front().sizes());
   k->source = "// " + f.fusion_name + ": " + extent +
-              " (compiled as " + k->symbol + ")\n" + render(f, f.fusion_name, readable, 0);
+              " (compiled as " + k->symbol + ")\n" + render(f, f.fusion_name, readable, 0, sums_first);
   return k;
 }
 

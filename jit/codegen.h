@@ -69,7 +69,13 @@ bool is_row_region(const BoundSymbol& region);
 unsigned row_kernel_threads(long long row_len);
 
 // Generates the kernel of a fusion region (fusion_inputs, subsymbols, outputs).
-std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& region, const ProxyNames& names);
+// sums_first: the region's first input is a bf16/f16 value that the kernel
+// reads as the f32 sums it was rounded from, and rounds on load, once, as the
+// op making it would have stored it (a GEMM's product in the GEMM's store,
+// jit/rewrites/gemm_epilogue.h); its pointer is `const float*`.  An
+// elementwise region only.
+std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& region, const ProxyNames& names,
+                                             bool sums_first = false);
 
 // A whole translation unit: the host prelude (VOLT_KERNEL, VOLT_LOOP for a
 // host loop), the Philox source, and each kernel's body.  The kernel cache

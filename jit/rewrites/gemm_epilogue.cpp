@@ -12,6 +12,7 @@
 #include <volt/jit/pipeline.h>
 #include <volt/tensor/cpu/gemm.h>
 #include <volt/tensor/cpu/gemm_bf16.h>
+#include <volt/tensor/cpu/matmul_bf16.h>
 #include <volt/tensor/cpu/threads.h>
 
 namespace volt::jit {
@@ -19,27 +20,36 @@ namespace volt::jit {
 namespace {
 
 // The product a GEMM epilogue can take: a matmul of two 2-D f32 CPU operands,
-// or a linear (x W^T + bias) of a 2-D input, a 2-D weight and a bias or none;
-// or a matmul of two 2-D bf16 CPU operands keeping its f32 sums
-// (out_dtype=f32: a weight's gradient under autocast, wide_matmul.h).
+// or a linear (x W^T + bias) of an input of 2 or more dims, a 2-D weight and a
+// bias or none, all f32 or all bf16 (a bf16 linear's region reads its f32
+// sums and rounds them to bf16 as it loads them); or a matmul of two 2-D
+// bf16 CPU operands keeping its f32 sums (out_dtype=f32: a weight's gradient
+// under autocast, wide_matmul.h).
 bool plain_gemm(const BoundSymbol& b) {
   if (b.is_fusion() || (b.call.op != OpId::matmul && b.call.op != OpId::linear) || b.outputs.size() != 1) return false;
   if (b.executor && b.executor != &eager_executor()) return false;  // another executor's product stays its own
   const std::vector<Tensor> args = tensor_args(b);
   const bool linear = b.call.op == OpId::linear;
   if (args.size() != 2 && !(linear && args.size() == 3)) return false;
-  const DType operand = !linear && b.call.attrs.flag ? DType::bf16 : DType::f32;
-  for (const Tensor& t : {args[0], args[1], b.outputs[0]})
-    if (t.dim() != 2 || !t.device().is_cpu()) return false;
-  if (args[0].dtype() != operand || args[1].dtype() != operand || b.outputs[0].dtype() != DType::f32) return false;
+  const bool low = linear && args[0].dtype() == DType::bf16;  // a bf16 linear: bf16 out
+  const DType operand = (!linear && b.call.attrs.flag) || low ? DType::bf16 : DType::f32;
+  const Tensor& out = b.outputs[0];
+  for (const Tensor& t : {args[0], args[1], out})
+    if (t.dim() < 2 || !t.device().is_cpu()) return false;
+  if (args[1].dim() != 2 || out.dim() != args[0].dim() || (!linear && args[0].dim() != 2)) return false;
+  if (args[0].dtype() != operand || args[1].dtype() != operand || out.dtype() != (low ? DType::bf16 : DType::f32))
+    return false;
   if (linear && args.size() == 3) {
     const Tensor& bias = args[2];
-    if (bias.dim() != 1 || bias.dtype() != DType::f32 || !bias.device().is_cpu() || bias.size(0) != args[1].size(0) ||
+    if (bias.dim() != 1 || bias.dtype() != operand || !bias.device().is_cpu() || bias.size(0) != args[1].size(0) ||
         bias.stride(0) != 1)
       return false;
   }
   return true;
 }
+
+// A bf16 linear: its region's kernel rounds the f32 sums on load.
+bool rounds_on_load(const BoundSymbol& gemm) { return gemm.outputs[0].dtype() != DType::f32; }
 
 // The parts of a region that share no value it makes: union-find over its prims.
 std::vector<int> components(const BoundSymbol& r) {
@@ -146,6 +156,27 @@ struct Product {
   }
 };
 
+// A bf16 linear's region: the GEMM's f32 sums with the bias added in f32, as
+// the unfused linear makes them (tensor/cpu/matmul_bf16.h), then the kernel,
+// which rounds each sum to bf16 as it loads it, where the linear would have
+// stored it rounded and the region loaded it back: the same values.  (The
+// bf16 GEMM has no store of its own to run the kernel in.)
+void run_bf16_linear(const BoundSymbol& region, const Tensor* operands, float* product, void* const* args,
+                     unsigned long long rng_seed, unsigned long long rng_offset) {
+  const Tensor& x = operands[0];
+  const Tensor& w = operands[1];
+  const bool bias = gemm_operands(region) == 3;
+  VOLT_CHECK(x.dim() >= 2 && w.dim() == 2 && x.dtype() == DType::bf16 && w.dtype() == DType::bf16 &&
+                 x.size(-1) == w.size(1) && x.device().is_cpu() && w.device().is_cpu(),
+             region.fusion_name,
+             "expects a bf16 input (*, k) and a bf16 weight (n, k) on the CPU, got " << x.meta_str() << " and "
+                                                                                      << w.meta_str());
+  VOLT_CHECK(!bias || (operands[2].dim() == 1 && operands[2].dtype() == DType::bf16 && operands[2].size(0) == w.size(0)),
+             region.fusion_name, "expects a bf16 bias of " << w.size(0) << ", got " << operands[2].meta_str());
+  cpu::bf16_linear_sums(x, w, bias ? &operands[2] : nullptr, product);
+  run_host_kernel(*region.kernel, x.numel() / x.size(-1) * w.size(0), args, rng_seed, rng_offset);
+}
+
 }  // namespace
 
 void run_gemm_epilogue(const BoundSymbol& region, const Tensor* operands, float* product, void* const* args,
@@ -153,8 +184,10 @@ void run_gemm_epilogue(const BoundSymbol& region, const Tensor* operands, float*
   VOLT_CHECK(region.kernel && region.kernel->fn, region.fusion_name, "its kernel is not compiled");
   const BoundSymbol& gemm = region.subsymbols.front();
   const bool linear = gemm.call.op == OpId::linear;
+  if (rounds_on_load(gemm)) return run_bf16_linear(region, operands, product, args, rng_seed, rng_offset);
   const DType operand = !linear && gemm.call.attrs.flag ? DType::bf16 : DType::f32;
-  const Tensor& a = operands[0];
+  // A linear's input of more dims: its rows, one matrix.
+  const Tensor a = operands[0].dim() > 2 ? operands[0].contiguous().reshape({-1, operands[0].size(-1)}) : operands[0];
   const Tensor& w = operands[1];
   VOLT_CHECK(a.dim() == 2 && w.dim() == 2 && a.dtype() == operand && w.dtype() == operand &&
                  a.size(1) == (linear ? w.size(1) : w.size(0)),
@@ -294,7 +327,7 @@ Trace gemm_epilogue_pass(const Trace& t) {
       auto& ins = update.fusion_inputs;
       auto at = std::find_if(ins.begin(), ins.end(), [&](const Tensor& x) { return id_of(x) == ids[0]; });
       std::rotate(ins.begin(), at, at + 1);
-      auto kernel = generate_kernel(update, names);
+      auto kernel = generate_kernel(update, names, rounds_on_load(gemm));
       BoundSymbol m = gemm;
       m.executor = nullptr;
       m.del_after.clear();

@@ -48,8 +48,25 @@
 // made whole and then updated (in chunks of rows it measured slower on the
 // AMX path, whose every call configures the tiles and packs A again).
 //
-// Applies to CPU fusion regions only, to a 2-D f32 matmul or linear (or such
-// a bf16 matmul with f32 sums) whose
+// A bf16 linear (autocast's forward) heads the region reading its bf16 output
+// too (its ReLU and dropout, the GELU's widening cast, a residual add):
+//
+//   (t5, t9) = cpuFusion0(input_bf16, _0_weight_bf16, _0_bias_bf16)
+//     t4 = volt.linear(input_bf16, _0_weight_bf16, _0_bias_bf16)   # bf16
+//     t5 = prims.gt(t4, 0.0)
+//     ...
+//
+// whose kernel takes the GEMM's f32 sums (the bias added in f32, as the op
+// adds it: tensor/cpu/matmul_bf16.h) and rounds each to bf16 as it loads it
+// (`const float* in_t4 = (const float*)args[0];  // f32 sums, rounded to bf16
+// on load`), where the unfused linear stores it rounded and the next region
+// loads it back: the same value, without the bf16 tensor, its pass and the
+// region's launch.  The product is made whole, then the kernel runs (the
+// bf16 GEMM has no store to run it in).
+//
+// Applies to CPU fusion regions only, to a 2-D f32 matmul, an f32 or bf16
+// linear (its input of 2 or more dims: the rows of a (B, T, C) are one
+// matrix), or a 2-D bf16 matmul with f32 sums, whose
 // product has the region's shape and is read by nothing else, and whose
 // operands the rest of the region does not read; the rest of a region (the
 // updates of parameters with no such GEMM) stays a region of its own.  The
@@ -72,7 +89,7 @@ bool is_gemm_epilogue(const BoundSymbol& b);
 size_t gemm_operands(const BoundSymbol& region);
 
 // Runs such a region: the product of `operands` (a b, or x W^T + bias) into
-// `product` (contiguous, the product's shape), then the region's kernel over
+// `product` (contiguous f32 of the product's shape; a bf16 product's sums), then the region's kernel over
 // it, chunk by chunk or block by block in the GEMM's store where that pays.
 // `args` are the kernel's pointers: the product first, then the region's
 // inputs after the operands, then its outputs.

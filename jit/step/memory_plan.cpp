@@ -22,6 +22,13 @@ size_t aligned_bytes(const Tensor& t) {
   return std::max<size_t>(kAlign, (n + kAlign - 1) / kAlign * kAlign);
 }
 
+// Where a GEMM epilogue region's GEMM writes: its f32 sums, whatever the
+// product's type (a bf16 product is rounded as the region's kernel loads it).
+Tensor gemm_sums(const BoundSymbol& region) {
+  const Tensor& product = region.subsymbols.front().outputs.front();
+  return Tensor::proxy(product.sizes(), DType::f32, product.device());
+}
+
 }  // namespace
 
 struct MemoryPlan::Impl {
@@ -174,9 +181,8 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
       size_t to = last.count(s.outs[j]) ? last[s.outs[j]] : i;
       buffers.push_back({aligned_bytes(m), i, to, 0, m, &s, static_cast<int>(j), -1});
     }
-    if (s.kind == Impl::Kind::Fusion && s.gemm)  // the product: in cache while the step runs, free after it
-      buffers.push_back({aligned_bytes(s.b.subsymbols.front().outputs.front()), i, i, 0,
-                         s.b.subsymbols.front().outputs.front(), &s, -1, -2});
+    if (s.kind == Impl::Kind::Fusion && s.gemm)  // the product's sums: in cache while the step runs, free after it
+      buffers.push_back({aligned_bytes(gemm_sums(s.b)), i, i, 0, gemm_sums(s.b), &s, -1, -2});
     if (s.kind == Impl::Kind::Fusion) {
       s.scratch.resize(s.args.size());
       for (size_t a = s.gemm; a < s.args.size(); ++a) {

@@ -14,6 +14,7 @@
 #include <volt/tensor/cpu/half.h>
 #include <volt/tensor/cpu/kernels.h>
 #include <volt/tensor/cpu/loops.h>
+#include <volt/tensor/cpu/matmul_bf16.h>
 #include <volt/tensor/cpu/threads.h>
 
 namespace volt::cpu {
@@ -50,10 +51,16 @@ void linear(const Tensor& x0, const Tensor& w, const Tensor* bias, float* o) {
   product(static_cast<const BF16*>(x.raw_data()), m, k, x.stride(0), x.stride(1), w,
           static_cast<const BF16*>(w.raw_data()), n, w.stride(1), w.stride(0), o, n);
   if (!bias) return;
+  // The bias widened once (exactly), then added row by row: a vector loop.
   const Tensor b = bias->contiguous();
-  const BF16* pb = static_cast<const BF16*>(b.raw_data());
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) o[i * n + j] += pb[j].to_float();
+  thread_local std::vector<float> wide;
+  wide.resize(static_cast<size_t>(n));
+  bf16_to_f32(static_cast<const BF16*>(b.raw_data()), wide.data(), n);
+  const float* pb = wide.data();
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = o + i * n;
+    for (int64_t j = 0; j < n; ++j) row[j] += pb[j];
+  }
 }
 
 // The calling thread's buffer for the f32 sums, grown as needed.
@@ -64,6 +71,8 @@ float* sums_buffer(int64_t n) {
 }
 
 }  // namespace
+
+void bf16_linear_sums(const Tensor& x, const Tensor& w, const Tensor* bias, float* sums) { linear(x, w, bias, sums); }
 
 bool run_bf16_matmul(const OpCall& call, Tensor& out) {
   if (call.op == OpId::matmul && call.attrs.flag) {  // out_dtype=f32: the sums as they are

@@ -26,6 +26,31 @@ T fmin_nan(T a, T b) {
   return a < b ? a : b;
 }
 
+// o[j] = sum over i < rows of in[i, j] (row stride `cols`), for j in [j0, j1),
+// each column added in row order.  Blocks of kBlock columns keep their sums
+// in registers across all rows (a bias gradient: (B*T, n) -> (n)); adding
+// into o row by row loaded and stored every sum for every row.  The same
+// additions in the same order either way.
+template <class T, class Acc>
+void sum_columns(const T* in, int64_t rows, int64_t cols, int64_t j0, int64_t j1, Acc* o) {
+  constexpr int64_t kBlock = 32;
+  int64_t j = j0;
+  for (; j + kBlock <= j1; j += kBlock) {
+    Acc s[kBlock] = {};
+    for (int64_t i = 0; i < rows; ++i) {
+      const T* row = in + i * cols + j;
+#pragma omp simd
+      for (int64_t c = 0; c < kBlock; ++c) s[c] += static_cast<Acc>(row[c]);
+    }
+    for (int64_t c = 0; c < kBlock; ++c) o[j + c] = s[c];
+  }
+  if (j == j1) return;
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* row = in + i * cols;
+    for (int64_t c = j; c < j1; ++c) o[c] += static_cast<Acc>(row[c]);
+  }
+}
+
 template <class T>
 void run_reduce(const OpCall& call, Tensor& out) {
   const Tensor& a = call.args[0].tensor;
@@ -115,12 +140,7 @@ void run_reduce(const OpCall& call, Tensor& out) {
     // outputs, never a sum.
     if (leading) {  // out[j] = sum_i in[i, j]
       cpu::parallel_for(inner, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(outer, 1)),
-                        [&](int64_t j0, int64_t j1) {
-                          for (int64_t i = 0; i < outer; ++i) {
-                            const T* row = in + i * inner;
-                            for (int64_t j = j0; j < j1; ++j) o[j] += static_cast<Acc>(row[j]);
-                          }
-                        });
+                        [&](int64_t j0, int64_t j1) { sum_columns(in, outer, inner, j0, j1, o); });
     } else {  // out[i] = sum_j in[i, j]
       cpu::parallel_for(outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(inner, 1)),
                         [&](int64_t i0, int64_t i1) {
