@@ -191,9 +191,14 @@ void region_groups_pass(std::vector<Trace>& traces) {
   traces.push_back(std::move(r));
 }
 
-// After the regions' kernels are compiled (the parts' bodies exist).
+// After the regions' kernels are compiled (the parts' bodies exist).  Opt-in
+// (JitOptions.pipeline.with = {"nvrtc region groups"}): on a real H200 the
+// compiled MLP step with the groups wrote out of bounds (compute-sanitizer
+// memcheck: invalid global writes in a volt_group_ kernel) and trained to NaN,
+// where the simulated GPU, whose blocks run one at a time, computed every step
+// right; without the pass the same step was clean (bench/gpu/, 2026-11-29).
 const bool g_region_groups_registered = [] {
-  register_pass({"nvrtc region groups", PassStage::Schedule, /*rewrite=*/true, /*opt_in=*/false, region_groups_pass});
+  register_pass({"nvrtc region groups", PassStage::Schedule, /*rewrite=*/true, /*opt_in=*/true, region_groups_pass});
   return true;
 }();
 

@@ -33,7 +33,9 @@ constexpr DType kHalves[] = {DType::bf16, DType::f16};
 // The relative size of one unit in the last place of a 16-bit type at 1.0.
 double ulp(DType t) { return t == DType::bf16 ? 0x1p-7 : 0x1p-10; }
 
-// got and want, same dtype and shape, have the same bytes.
+// got and want, same dtype and shape, have the same bytes, except that a NaN
+// matches any NaN: its sign and payload are the hardware's (an x86 CPU makes
+// the negative default NaN, an H200 the positive one).
 void check_bits(const std::string& label, const Tensor& got, const Tensor& want) {
   INFO(label);
   REQUIRE(got.sizes() == want.sizes());
@@ -48,7 +50,7 @@ void check_bits(const std::string& label, const Tensor& got, const Tensor& want)
       if (!(gv[i] == wv[i]) && !(std::isnan(gv[i]) && std::isnan(wv[i])))
         where = "element " + std::to_string(i) + ": got " + std::to_string(gv[i]) + ", want " + std::to_string(wv[i]);
   }
-  CHECK_MESSAGE(same, label << ": not bit-equal; first differing value at " << where);
+  CHECK_MESSAGE((same || where.empty()), label << ": not bit-equal; first differing value at " << where);
 }
 
 // got (16-bit) against want (16-bit, the CPU's) within `ulps` units in the last place.
@@ -79,6 +81,16 @@ void compare_prim(const std::string& label, const OpCall& cpu_call) {
   const Tensor want = run_prim(cpu_call)[0];
   const Tensor got = run_prim(gpu_call)[0];
   CHECK(got.device() == kGPU);
+  // pow is the one function here that neither the CPU's libm nor CUDA's rounds
+  // correctly: an f32 result may differ in its last bit (seen on an H200), so
+  // it is held to one unit of the output's type; every other op to its bits.
+  if (cpu_call.op == OpId::pow && want.dtype() == DType::f32) {
+    INFO(label);
+    const std::vector<double> g = got.to(kCPU).contiguous().to_vector<double>(), w = want.contiguous().to_vector<double>();
+    for (size_t i = 0; i < w.size(); ++i)
+      CHECK((std::fabs(g[i] - w[i]) <= 0x1p-23 * std::fabs(w[i]) || (std::isnan(g[i]) && std::isnan(w[i]))));
+    return;
+  }
   check_bits(label, got, want);
 }
 
@@ -100,7 +112,7 @@ std::vector<double> gemm_f64(const Tensor& a, const Tensor& b, int64_t batches, 
   return c;
 }
 
-// got (16-bit) against the exact product: half a unit of rounding, plus f32's
+// got (16-bit) against the exact product: a unit and a half of rounding, plus f32's
 // error in a sum of k terms relative to the sum of their magnitudes.
 void check_gemm(const std::string& label, const Tensor& got, const std::vector<double>& want,
                 const std::vector<double>& magnitude, int64_t k) {
@@ -110,7 +122,9 @@ void check_gemm(const std::string& label, const Tensor& got, const std::vector<d
   const double u = ulp(got.dtype());
   double worst = 0;
   for (size_t i = 0; i < g.size(); ++i) {
-    const double allowed = u * std::fabs(want[i]) + static_cast<double>(k + 2) * 0x1p-24 * magnitude[i] + 1e-30;
+    // One and a half units: cuBLAS on an H200 gave 1.003 units at 17 x 33 x 9 in
+    // bf16 (its kernels may round a partial sum to the output type once more).
+    const double allowed = 1.5 * u * std::fabs(want[i]) + static_cast<double>(k + 2) * 0x1p-24 * magnitude[i] + 1e-30;
     worst = std::max(worst, std::fabs(g[i] - want[i]) / allowed);
   }
   CHECK_MESSAGE(worst <= 1.0, label << ": worst error " << worst << " of the allowed");
@@ -137,7 +151,10 @@ TEST_CASE("cuda: bf16 and f16 move to the GPU and back bit for bit and convert t
     const Tensor h = f32.to(dt);
     check_bits("16-bit -> f32", h.to(kGPU).to(DType::f32), h.to(DType::f32));
     check_bits("16-bit -> f64", h.to(kGPU).to(DType::f64), h.to(DType::f64));
-    check_bits("16-bit -> i64", h.to(kGPU).to(DType::i64), h.to(DType::i64));
+    // A value with no i64 (NaN, the infinities) converts as the hardware does,
+    // as in PyTorch: the CPU's is INT64_MIN, a GPU's saturates; the others exactly.
+    const Tensor in_range = where(lt(abs(h.to(DType::f32)), 1e18), h, Tensor::zeros({1}, dt));
+    check_bits("16-bit -> i64", in_range.to(kGPU).to(DType::i64), in_range.to(DType::i64));
     const Tensor ints = Tensor::randint(-70000, 70000, {99}, DType::i32);
     check_bits("i32 -> 16-bit", ints.to(kGPU).to(dt), ints.to(dt));
     const DType other = dt == DType::bf16 ? DType::f16 : DType::bf16;
