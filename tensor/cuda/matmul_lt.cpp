@@ -102,6 +102,11 @@ LtPlan make_plan(const CublasLtApi& lt, cublasLtHandle_t h, const GemmCall& c, c
   VOLT_CUBLAS_CHECK(lt.cublasLtMatmulPreferenceCreate(&pref));
   VOLT_CUBLAS_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                             sizeof workspace));
+  // Split-k partial sums in f32 only, never in a 16-bit output's type (as
+  // cuBLAS's math mode, tensor/cuda/runtime.cpp).
+  const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  VOLT_CUBLAS_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                            &reductions, sizeof reductions));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t st =

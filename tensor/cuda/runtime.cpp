@@ -97,6 +97,14 @@ std::array<PerDevice, kMaxDevices>& devices() {
 bool g_allow_tf32 = false;
 
 // Sets up a device's stream and cuBLAS handle the first time it is used.
+// cuBLAS's math: TF32 only when asked for, and never a split-k sum kept in a
+// 16-bit output's type (its default allows that: on an H200 small bf16 GEMMs
+// were 4 units from f64 with it); the sums stay f32, as volt's GEMMs promise.
+cublasMath_t math_mode(bool tf32) {
+  return static_cast<cublasMath_t>((tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+                                   CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+}
+
 PerDevice& per_device(int index) {
   VOLT_CHECK(index >= 0 && index < device_count() && index < kMaxDevices, "cuda",
              "device cuda:" << index << " does not exist (" << device_count() << " CUDA devices)");
@@ -106,7 +114,7 @@ PerDevice& per_device(int index) {
     VOLT_CUDA_CHECK(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking));
     VOLT_CUBLAS_CHECK(cublas().cublasCreate(&d.cublas));
     VOLT_CUBLAS_CHECK(cublas().cublasSetStream(d.cublas, d.stream));
-    VOLT_CUBLAS_CHECK(cublas().cublasSetMathMode(d.cublas, g_allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    VOLT_CUBLAS_CHECK(cublas().cublasSetMathMode(d.cublas, math_mode(g_allow_tf32)));
     // A workspace of cuBLAS's own, given once: a GEMM recorded into a CUDA
     // graph must not ask for memory while the graph is captured.
     VOLT_CUDA_CHECK(cudaMalloc(&d.cublas_workspace, kCublasWorkspaceBytes));
@@ -259,7 +267,7 @@ void set_allow_tf32(bool on) {
   g_allow_tf32 = on;
   for (int i = 0; i < device_count() && i < kMaxDevices; ++i)
     if (devices()[i].cublas)
-      VOLT_CUBLAS_CHECK(cublas().cublasSetMathMode(devices()[i].cublas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+      VOLT_CUBLAS_CHECK(cublas().cublasSetMathMode(devices()[i].cublas, math_mode(on)));
 }
 bool allow_tf32() { return g_allow_tf32; }
 

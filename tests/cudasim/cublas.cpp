@@ -81,7 +81,7 @@ cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperat
   const cublasStatus_t st = check_gemm(h, ta, tb, m, n, k, A, lda, sa, B, ldb, sb, C, ldc, sc, batches, sizeof(T));
   if (st != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0 || batches == 0) return st;
   const T al = *alpha, be = *beta;  // host pointer mode: read at the call
-  const bool tf32 = h->math == CUBLAS_TF32_TENSOR_OP_MATH;
+  const bool tf32 = (h->math & 0xf) == CUBLAS_TF32_TENSOR_OP_MATH;  // (the flags above 0xf change nothing here)
   enqueue(h->stream, gemm_label(m, n, k, batches), [=] {
     for (int b = 0; b < batches; ++b) gemm_cm<T>(ta, tb, m, n, k, al, A + b * sa, lda, B + b * sb, ldb, be, C + b * sc, ldc, tf32);
   });

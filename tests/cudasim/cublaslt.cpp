@@ -204,6 +204,11 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
                                                     size_t bytes) {
   SimLtPreference* p = reinterpret_cast<SimLtPreference*>(pref);
   if (!p) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (attr == CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK) {  // no split-k here: any scheme serves
+    uint32_t mask;
+    return set_from(buf, bytes, mask) && mask <= CUBLASLT_REDUCTION_SCHEME_MASK ? CUBLAS_STATUS_SUCCESS
+                                                                               : CUBLAS_STATUS_INVALID_VALUE;
+  }
   if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return CUBLAS_STATUS_NOT_SUPPORTED;
   uint64_t v;
   if (!set_from(buf, bytes, v)) return CUBLAS_STATUS_INVALID_VALUE;
