@@ -35,6 +35,17 @@ std::string cse_key(const OpCall& c) {
 
 }  // namespace
 
+std::unordered_set<int64_t> pinned_values(const Trace& t) {
+  std::unordered_set<int64_t> pinned;
+  for (const Tensor& o : t.outputs) pinned.insert(id_of(o));
+  for (const Guard& g : t.guards) {
+    pinned.insert(id_of(g.value));
+    for (const BoundSymbol& b : g.bsyms)
+      for (const Tensor& a : tensor_args(b)) pinned.insert(id_of(a));
+  }
+  return pinned;
+}
+
 Trace with_replaced(const Trace& t, const std::unordered_map<size_t, BoundSymbol>& replace,
                     const std::unordered_set<size_t>& drop) {
   Trace r = t;

@@ -23,6 +23,10 @@ Trace dce_cse_pass(const Trace& t);
 // or an op whose decomposition is that one prim alone (else null).
 const BoundSymbol* sole_prim(const BoundSymbol& b);
 
+// The values a rewrite must leave as they are: t's outputs, each guard's
+// value and what its checks read.
+std::unordered_set<int64_t> pinned_values(const Trace& t);
+
 // t's bound symbols with those at the keys of `replace` replaced by their new
 // forms and those in `drop` left out; the rest of t (inputs, outputs) as it is.
 Trace with_replaced(const Trace& t, const std::unordered_map<size_t, BoundSymbol>& replace,

@@ -56,15 +56,9 @@ void conv_relu_pass(std::vector<Trace>& traces) {
   const Trace& t = traces.back();
   // The top-level lines reading each value (a value read twice by one line counts twice).
   std::unordered_map<int64_t, std::vector<size_t>> readers;
-  std::unordered_set<int64_t> pinned;  // returned, or read by a guard
+  const std::unordered_set<int64_t> pinned = pinned_values(t);  // returned, or read by a guard
   for (size_t i = 0; i < t.bsyms.size(); ++i)
     for (const Tensor& a : tensor_args(t.bsyms[i])) readers[id_of(a)].push_back(i);
-  for (const Tensor& o : t.outputs) pinned.insert(id_of(o));
-  for (const Guard& g : t.guards) {
-    pinned.insert(id_of(g.value));
-    for (const BoundSymbol& b : g.bsyms)
-      for (const Tensor& a : tensor_args(b)) pinned.insert(id_of(a));
-  }
 
   std::unordered_map<size_t, BoundSymbol> replace;  // line -> its new form
   std::unordered_set<size_t> drop;
