@@ -74,7 +74,7 @@ jit::JitOptions autocast_to(DType t) {
 
 }  // namespace
 
-TEST_CASE("cuda: under autocast the jit takes linear, cast, gelu(x, 'tanh'), cast into GELU_BIAS, never the exact gelu") {
+TEST_CASE("cuda: under autocast the jit takes linear, cast, tanh gelu, cast into GELU_BIAS, never the exact gelu") {
   SKIP_WITHOUT_GPU();
   if (!cuda::cublas_lt()) {
     VOLT_SKIP("cuBLASLt could not be opened (or VOLT_CUBLASLT=0)");
