@@ -17,6 +17,7 @@ DType low_of(const std::vector<Value>& v) { return static_cast<DType>(static_cas
 int64_t cached_cast_op() {
   static const int64_t id = register_custom_op(CustomOpDef{
       .name = "cached_cast",
+      .decomposition = nullptr,  // none: the kernel reads the cast cache
       .meta = [](const std::vector<Value>& v) {
         const Tensor& x = v.at(0).tensor;
         return std::vector<TensorMeta>{{x.sizes(), low_of(v), x.device()}};

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <map>
 #include <sstream>
+#include <utility>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -144,6 +145,34 @@ const BoundSymbol* sole_prim(const BoundSymbol& b) {
       !s.subsymbols.empty())
     return nullptr;
   return &s;
+}
+
+namespace {
+
+bool is_zero(const Value& v) { return !v.is_tensor && v.scalar.value == 0.0; }
+bool is_tensor(const Value& v, int64_t id) { return v.is_tensor && v.tensor.defined() && id_of(v.tensor) == id; }
+
+// le(y, 0); where(mask, 0, y).
+bool is_mask(const BoundSymbol& b, int64_t y) {
+  const BoundSymbol* p = sole_prim(b);
+  return p && p->call.op == OpId::le && p->call.args.size() == 2 && is_tensor(p->call.args[0], y) &&
+         is_zero(p->call.args[1]);
+}
+bool is_select(const BoundSymbol& b, int64_t mask, int64_t y) {
+  const BoundSymbol* p = sole_prim(b);
+  return p && p->call.op == OpId::where && p->call.args.size() == 3 && is_tensor(p->call.args[0], mask) &&
+         is_zero(p->call.args[1]) && is_tensor(p->call.args[2], y);
+}
+
+}  // namespace
+
+std::optional<RecordedRelu> recorded_relu(const Trace& t, const std::vector<size_t>& readers, int64_t y) {
+  if (readers.size() != 2) return std::nullopt;
+  size_t g = readers[0], s = readers[1];
+  if (!is_mask(t.bsyms[g], y)) std::swap(g, s);
+  if (!is_mask(t.bsyms[g], y)) return std::nullopt;
+  if (!is_select(t.bsyms[s], id_of(t.bsyms[g].outputs[0]), y)) return std::nullopt;
+  return RecordedRelu{g, s};
 }
 
 }  // namespace volt::jit

@@ -3,6 +3,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -22,6 +23,18 @@ Trace dce_cse_pass(const Trace& t);
 // The prim a top-level line computes its one output with: the line itself,
 // or an op whose decomposition is that one prim alone (else null).
 const BoundSymbol* sole_prim(const BoundSymbol& b);
+
+// ReLU as compile_step and the lazy device record it (relu's decomposition):
+//   mask = le(y, 0.0)            # also read by the backward's where(mask, 0.0, g)
+//   out  = where(mask, 0.0, y)
+// Given `readers`, the two top-level lines of t that read y (in either
+// order), the lines of the pair: each line's sole prim (sole_prim) is
+// le(y, 0) and where(that mask, 0, y), each with one output.  Else none.
+struct RecordedRelu {
+  size_t mask = 0;    // le(y, 0)
+  size_t select = 0;  // where(mask, 0, y)
+};
+std::optional<RecordedRelu> recorded_relu(const Trace& t, const std::vector<size_t>& readers, int64_t y);
 
 // The values a rewrite must leave as they are: t's outputs, each guard's
 // value and what its checks read.

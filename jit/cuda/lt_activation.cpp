@@ -53,13 +53,28 @@
 // What it takes:
 //   - a linear of an input x (*, k) (leading dims flattened, as cublas_linear
 //     does), a 2-D weight and a 1-D bias or none, all on one CUDA device and
-//     of one dtype: f32, bf16 or f16 (a layer under autocast: its ReLU runs
-//     on the 16-bit output as it is, so it is taken; its GELU runs in f32
-//     after a cast, linear -> cast -> gelu, which this pass leaves alone);
+//     of one dtype: f32, bf16 or f16;
 //   - whose output is read by the activation alone (not returned, not read
 //     by a guard, no other reader: else the pre-activation is still needed);
 //   - relu, or gelu(x, "tanh").  cuBLASLt's GELU is the tanh approximation,
 //     so the exact gelu(x) (erf, volt's default and the GPT's) is NOT taken.
+//   - Under autocast (jit/autocast.cpp) a 16-bit layer's ReLU runs on its
+//     output as it is, so it is taken as above.  Its GELU runs in f32
+//     (tensor/autocast.h) and the next layer casts the result back:
+//
+//       t3 = volt.linear(t0, t1, t2)                        # bf16
+//       t4 = prims.convert_element_type(t3, dtypes.float32)
+//       t5 = volt.gelu(t4, approximate='tanh')              # f32
+//       t6 = prims.convert_element_type(t5, dtypes.bfloat16)
+//
+//     and the pass makes the four lines t6 = cublas_linear_gelu(t0, t1, t2)
+//     (cublas_linear_gelu_aux under grad), where each of t3, t4, t5 is read
+//     by the next line alone and t6 is in the linear's dtype.  Its backward
+//     is the one above: the AUX output is the bf16 pre-activation (t3, bit
+//     for bit where the GEMM rounds as the unfused one does), and
+//     gelu_tanh_backward converts it to f32 (t4), computes in f32 and rounds
+//     the gradient once to bf16, as autograd's rules for the two casts and
+//     the f32 gelu do.
 // Where cuBLASLt cannot be opened (VOLT_CUBLASLT=0) the pass does nothing;
 // where its heuristic has no algorithm for a shape at run time (or a pointer
 // is not aligned), the op runs the two calls it replaced.
@@ -67,11 +82,17 @@
 // Numbers: the activation is applied to the f32 sum (plus bias) before it is
 // rounded once into the output's dtype.  For ReLU that is the unfused
 // result bit for bit (rounding is monotone and keeps 0); GELU in bf16/f16 is
-// rounded once rather than after its input, so closer to the f32 result than
-// the unfused layer.  One difference: volt's relu keeps a NaN, cuBLASLt's
-// ReLU epilogue does not promise to.
+// rounded once rather than after its input too (the autocast form above
+// rounds the pre-activation to bf16/f16, computes GELU in f32 and rounds
+// again), so closer to the f32 result than the unfused layer: within one
+// unit (one spacing of bf16/f16 at the larger of |pre-activation| and
+// |result|) of the unfused program's, as the simulated GPU's tests measure
+// against the CPU's autocast program (the worst case the two roundings and
+// GELU's slope below 1.13 allow is 1.6 spacings).  One difference: volt's
+// relu keeps a NaN, cuBLASLt's ReLU epilogue does not promise to.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -251,19 +272,45 @@ const BoundSymbol* lt_linear(const BoundSymbol& b) {
   return p;
 }
 
-bool is_zero(const Value& v) { return !v.is_tensor && v.scalar.value == 0.0; }
-bool is_tensor(const Value& v, int64_t id) { return v.is_tensor && v.tensor.defined() && id_of(v.tensor) == id; }
+// The GELU of a 16-bit layer under autocast (tensor/autocast.h runs gelu in
+// f32), from the line `up` that reads the linear's output y:
+//   y32 = convert_element_type(y, f32)     # up
+//   z32 = gelu(y32, approximate='tanh')    # act
+//   z   = convert_element_type(z32, bf16)  # down: y's dtype (the next layer's cast)
+// each value read by the next line alone, none returned or read by a guard.
+struct AutocastGelu {
+  size_t act = 0, down = 0;
+};
 
-// le(y, 0), and where(mask, 0, y): relu's parts, as compile_step records them.
-bool is_mask(const BoundSymbol& b, int64_t y) {
-  const BoundSymbol* p = sole_prim(b);
-  return p && p->call.op == OpId::le && p->call.args.size() == 2 && is_tensor(p->call.args[0], y) &&
-         is_zero(p->call.args[1]);
+// The one top-level line reading `id` (none where it is pinned or read elsewhere).
+std::optional<size_t> sole_reader(const std::unordered_map<int64_t, std::vector<size_t>>& readers,
+                                  const std::unordered_set<int64_t>& pinned, int64_t id) {
+  auto it = readers.find(id);
+  if (pinned.count(id) || it == readers.end() || it->second.size() != 1) return std::nullopt;
+  return it->second[0];
 }
-bool is_select(const BoundSymbol& b, int64_t mask, int64_t y) {
-  const BoundSymbol* p = sole_prim(b);
-  return p && p->call.op == OpId::where && p->call.args.size() == 3 && is_tensor(p->call.args[0], mask) &&
-         is_zero(p->call.args[1]) && is_tensor(p->call.args[2], y);
+
+bool is_convert(const BoundSymbol* p, int64_t from, DType to) {
+  return p && p->call.op == OpId::convert_element_type && p->call.attrs.dtype == to && p->call.args.size() == 1 &&
+         p->call.args[0].is_tensor && p->call.args[0].tensor.defined() && id_of(p->call.args[0].tensor) == from &&
+         p->outputs[0].dtype() == to;
+}
+
+std::optional<AutocastGelu> autocast_gelu(const Trace& t,
+                                          const std::unordered_map<int64_t, std::vector<size_t>>& readers,
+                                          const std::unordered_set<int64_t>& pinned, const Tensor& y, size_t up) {
+  if (!is_half(y.dtype()) || !is_convert(sole_prim(t.bsyms[up]), id_of(y), DType::f32)) return std::nullopt;
+  const int64_t y32 = id_of(t.bsyms[up].outputs[0]);
+  const std::optional<size_t> act = sole_reader(readers, pinned, y32);
+  if (!act) return std::nullopt;
+  const BoundSymbol& g = t.bsyms[*act];
+  // tanh only: never the exact (erf) gelu.
+  if (g.is_fusion() || g.executor || g.outputs.size() != 1 || g.call.op != OpId::gelu || !g.call.attrs.flag ||
+      g.call.args.size() != 1 || !g.call.args[0].is_tensor || id_of(g.call.args[0].tensor) != y32)
+    return std::nullopt;
+  const std::optional<size_t> down = sole_reader(readers, pinned, id_of(g.outputs[0]));
+  if (!down || !is_convert(sole_prim(t.bsyms[*down]), id_of(g.outputs[0]), y.dtype())) return std::nullopt;
+  return AutocastGelu{*act, *down};
 }
 
 // The fused line: `sym` on the linear's arguments, making `out`.
@@ -304,16 +351,18 @@ void activation_pass(std::vector<Trace>& traces) {
         replace[i] = fused(symbols().relu, t.bsyms[i], lin, r.outputs[0]);
       } else if (r.call.op == OpId::gelu && r.call.attrs.flag) {  // tanh only: never the exact (erf) gelu
         replace[i] = fused(symbols().gelu, t.bsyms[i], lin, r.outputs[0]);
+      } else if (const std::optional<AutocastGelu> a = autocast_gelu(t, readers, pinned, lin.outputs[0], rs[0])) {
+        // Under autocast: the cast back's output, in the linear's dtype.
+        replace[i] = fused(symbols().gelu, t.bsyms[i], lin, t.bsyms[a->down].outputs[0]);
+        drop.insert(a->act);
+        drop.insert(a->down);
       } else {
         continue;
       }
       drop.insert(rs[0]);
-    } else if (rs.size() == 2) {
-      size_t g = rs[0], s = rs[1];
-      if (!is_mask(t.bsyms[g], y)) std::swap(g, s);
-      if (!is_mask(t.bsyms[g], y)) continue;
+    } else if (const std::optional<RecordedRelu> rr = recorded_relu(t, rs, y)) {
+      const size_t g = rr->mask, s = rr->select;
       const Tensor& mask = t.bsyms[g].outputs[0];
-      if (!is_select(t.bsyms[s], id_of(mask), y)) continue;
       const Tensor& out = t.bsyms[s].outputs[0];
       replace[i] = fused(symbols().relu, t.bsyms[i], lin, out);
       drop.insert(s);

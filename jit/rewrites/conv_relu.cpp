@@ -1,5 +1,6 @@
 #include <volt/jit/rewrites/conv_relu.h>
 
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -24,19 +25,6 @@ const BoundSymbol* plain_convolution(const BoundSymbol& b) {
   }
   if (p->call.op != OpId::convolution || p->call.attrs.flag || !p->subsymbols.empty()) return nullptr;
   return p;
-}
-
-bool is_zero(const Value& v) { return !v.is_tensor && v.scalar.value == 0.0; }
-bool is_tensor(const Value& v, int64_t id) { return v.is_tensor && v.tensor.defined() && id_of(v.tensor) == id; }
-
-// Whether `b` is le(y, 0); whether it is where(mask, 0, y): relu's decomposition.
-bool is_mask(const BoundSymbol& b, int64_t y) {
-  return !b.is_fusion() && b.call.op == OpId::le && b.call.args.size() == 2 && is_tensor(b.call.args[0], y) &&
-         is_zero(b.call.args[1]) && b.outputs.size() == 1;
-}
-bool is_select(const BoundSymbol& b, int64_t mask, int64_t y) {
-  return !b.is_fusion() && b.call.op == OpId::where && b.call.args.size() == 3 && is_tensor(b.call.args[0], mask) &&
-         is_zero(b.call.args[1]) && is_tensor(b.call.args[2], y) && b.outputs.size() == 1;
 }
 
 // The fused prim: the convolution's call with its relu flag, making `out`.
@@ -73,21 +61,18 @@ void conv_relu_pass(std::vector<Trace>& traces) {
       if (r.is_fusion() || r.call.op != OpId::relu || r.outputs.size() != 1) continue;
       replace[i] = fused(*conv, r.outputs[0]);
       drop.insert(rs[0]);
-    } else if (rs.size() == 2) {
+    } else if (const std::optional<RecordedRelu> rr = recorded_relu(t, rs, y)) {
       // le(y, 0) then where(that, 0, y), in either order of the two readers.
-      size_t g = rs[0], s = rs[1];
-      if (!is_mask(t.bsyms[g], y)) std::swap(g, s);
-      if (!is_mask(t.bsyms[g], y)) continue;
+      const size_t g = rr->mask;
       const Tensor& mask = t.bsyms[g].outputs[0];
-      if (!is_select(t.bsyms[s], id_of(mask), y)) continue;
-      const Tensor& out = t.bsyms[s].outputs[0];
+      const Tensor& out = t.bsyms[rr->select].outputs[0];
       replace[i] = fused(*conv, out);
-      drop.insert(s);
+      drop.insert(rr->select);
       // The mask from the fused output, if anything still reads it.
       const size_t mask_reads = readers[id_of(mask)].size();
       if (mask_reads > 1 || pinned.count(id_of(mask))) {
         BoundSymbol m;
-        m.call = t.bsyms[g].call;
+        m.call = sole_prim(t.bsyms[g])->call;  // le(y, 0) itself (recorded_relu looks through an op of it alone)
         m.call.args[0] = Value(out);
         m.outputs = {mask};
         m.top_level_prim = true;

@@ -4,6 +4,7 @@
 
 #ifdef VOLT_WITH_CUDA
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include <volt/jit/jit.h>
@@ -84,10 +85,11 @@ TEST_CASE("cuda: attention: the jit runs it by flash on the GPU, equal to eager 
          g = Tensor::randn({1, 2, 7, 8});
   auto run = [&](Device d, bool jitted, std::string* trace) {
     Tensor a = q.to(d).requires_grad_(), b = k.to(d).requires_grad_(), c = v.to(d).requires_grad_();
+    static const AttentionOptions causal{.causal = true, .scale = std::nullopt};
     auto f = jit::jit([](const std::vector<Tensor>& in) {
-      return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2], {.causal = true})};
+      return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2], causal)};
     });
-    Tensor y = jitted ? f({a, b, c}).at(0) : scaled_dot_product_attention(a, b, c, {.causal = true});
+    Tensor y = jitted ? f({a, b, c}).at(0) : scaled_dot_product_attention(a, b, c, causal);
     sum(mul(y, g.to(d))).backward();
     if (trace) *trace = jit::last_traces(f).back().str();
     return std::vector<Tensor>{y.detach().to(kCPU), a.grad().to(kCPU), b.grad().to(kCPU), c.grad().to(kCPU)};

@@ -3,7 +3,8 @@
 // jit's trace, never the exact gelu nor a pre-activation read elsewhere; the
 // numbers against the CPU (f32) or an f64 reference of the 16-bit inputs;
 // a training step's gradients through the fused forward against the CPU's,
-// in the module jit and in compile_step.
+// in the module jit and in compile_step.  Under autocast:
+// test_cublaslt_autocast_gelu.cpp.
 #include <doctest/doctest.h>
 
 #ifdef VOLT_WITH_CUDA
@@ -13,34 +14,18 @@
 #include <string>
 #include <vector>
 
-#include <volt/jit/jit.h>
 #include <volt/jit/lazy/lazy.h>
-#include <volt/jit/step/step.h>
-#include <volt/nn/mlp.h>
-#include <volt/nn/optim.h>
-#include <volt/tensor/cuda/backend.h>
-#include <volt/tensor/cuda/graph.h>
-#include <volt/tensor/cuda/libraries.h>
-#include <volt/tensor/cuda/runtime.h>
 #include <volt/tensor/factories.h>
-#include <volt/tensor/ops.h>
-#include <volt/tensor/random.h>
 
-#include "cuda/skip_without_gpu.h"
-#include "tensor/reference.h"
+#include "cuda/cublaslt_tests.h"
 
 using namespace volt;
+using volt::testing::count_of;
 using volt::testing::max_abs_diff;
 
 namespace {
 
 const Device kGPU = Device::cuda(0);
-
-size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 std::vector<Tensor> on_gpu(const std::vector<Tensor>& ts) {
   std::vector<Tensor> r;
@@ -266,45 +251,6 @@ TEST_CASE("cuda: gradients through the fused ReLU and GELU forward (module jit) 
       CHECK(max_abs_diff(gpu[i].grad().to(Device::cpu()), cpu[i].grad()) < 1e-4);
     }
     CHECK(max_abs_diff(gpu[0].grad().to(Device::cpu()), cpu[0].grad()) < 1e-4);
-  }
-}
-
-// Under autocast the layers run in bf16: the ReLU runs on the bf16 output as
-// it is, so it is taken; the GELU runs in f32 after a cast of that output
-// (tensor/autocast.h), linear -> cast -> gelu, which the pass leaves alone.
-TEST_CASE("cuda: under autocast to bf16 the jit takes the ReLU, not the GELU, and the gradients follow the CPU's") {
-  SKIP_WITHOUT_GPU();
-  if (!cuda::cublas_lt()) {
-    VOLT_SKIP("cuBLASLt could not be opened (or VOLT_CUBLASLT=0)");
-  }
-  manual_seed(46);
-  const std::vector<Tensor> p = three_layer_params();
-  Tensor r = Tensor::randn({2, 4, 5});
-  std::vector<Tensor> cpu, gpu;
-  for (const Tensor& t : p) cpu.push_back(t.detach().requires_grad_(true));
-  for (const Tensor& t : p) gpu.push_back(t.to(kGPU).requires_grad_(true));
-  Tensor cpu_out = three_layers(cpu, true)[0];
-  sum(mul(cpu_out, r)).backward();
-  jit::JitOptions options;
-  options.autocast = DType::bf16;
-  auto f = jit::jit([](const std::vector<Tensor>& in) { return three_layers(in, true); }, options);
-  Tensor gpu_out = f(gpu)[0];
-  sum(mul(gpu_out.to(DType::f32), r.to(kGPU))).backward();
-  const std::string fwd = jit::last_traces(f).back().str();
-  INFO(fwd);
-  CHECK(count_of(fwd, "= cublas_linear_relu(") == 1);
-  CHECK(count_of(fwd, "cublas_linear_gelu") == 0);
-  CHECK(count_of(fwd, "= cublas_linear(") == 2);
-  // bf16 layers against the f32 CPU: each value rounded to 8 bits (2^-8 of
-  // it) a few times on the way, so 3 % of the largest magnitude.
-  auto scale = [](const Tensor& t) { return max_abs_diff(t, zeros_like(t)); };
-  CHECK(max_abs_diff(gpu_out.detach().to(Device::cpu()).to(DType::f32), cpu_out.detach()) <
-        0.03 * scale(cpu_out.detach()));
-  for (size_t i = 0; i < p.size(); ++i) {
-    CAPTURE(i);
-    if (!cpu[i].grad().defined()) continue;
-    REQUIRE(gpu[i].grad().defined());
-    CHECK(max_abs_diff(gpu[i].grad().to(Device::cpu()), cpu[i].grad()) < 0.03 * scale(cpu[i].grad()));
   }
 }
 

@@ -15,21 +15,11 @@
 #include <vector>
 
 #include <volt/jit/autocast.h>
-#include <volt/jit/jit.h>
-#include <volt/jit/step/step.h>
-#include <volt/nn/loss.h>
-#include <volt/nn/mlp.h>
-#include <volt/nn/optim.h>
-#include <volt/tensor/cuda/backend.h>
-#include <volt/tensor/cuda/graph.h>
-#include <volt/tensor/cuda/libraries.h>
-#include <volt/tensor/cuda/runtime.h>
-#include <volt/tensor/ops.h>
-#include <volt/tensor/random.h>
 
-#include "cuda/skip_without_gpu.h"
+#include "cuda/cublaslt_tests.h"
 
 using namespace volt;
+using volt::testing::count_of;
 
 namespace {
 
@@ -184,12 +174,6 @@ TEST_CASE("cuda: bf16/f16 weight and bias gradients in one cuBLASLt call (BGRADB
 }
 
 namespace {
-
-size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 struct AmpStep {
   std::vector<double> losses;

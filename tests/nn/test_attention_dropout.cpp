@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ namespace {
 constexpr int64_t kB = 2, kH = 3, kT = 37, kE = 8;  // T is no multiple of any tile (CPU 32/64, CUDA 32/64)
 constexpr int kSteps = 3;
 constexpr double kP = 0.1;
+
+// Attention with dropout kP at the default scale, causal or not.
+AttentionOptions with_dropout(bool causal) { return {.causal = causal, .scale = std::nullopt, .dropout_p = kP}; }
 
 struct Inputs {
   Tensor q, k, v, g;
@@ -74,7 +78,7 @@ Run train_qkv(const Inputs& in, bool causal, double lr, bool compiled, Device de
          v = in.v.to(device).clone().requires_grad_();
   nn::SGD opt({q, k, v}, {.lr = lr});
   auto step = [&](const Tensor& g) {
-    Tensor loss = sum(mul(scaled_dot_product_attention(q, k, v, {.causal = causal, .dropout_p = kP}), g));
+    Tensor loss = sum(mul(scaled_dot_product_attention(q, k, v, with_dropout(causal)), g));
     opt.zero_grad();
     loss.backward();
     opt.step();
@@ -120,7 +124,7 @@ void check_flash_claimed(const std::vector<jit::Trace>& traces) {
 // The eager reference for one forward and backward: output and q, k, v gradients.
 std::vector<Tensor> eager_grads(const Inputs& in, bool causal) {
   Tensor q = in.q.detach().requires_grad_(), k = in.k.detach().requires_grad_(), v = in.v.detach().requires_grad_();
-  Tensor out = scaled_dot_product_attention(q, k, v, {.causal = causal, .dropout_p = kP});
+  Tensor out = scaled_dot_product_attention(q, k, v, with_dropout(causal));
   sum(mul(out, in.g)).backward();
   return {out.detach(), q.grad(), k.grad(), v.grad()};
 }
@@ -166,7 +170,7 @@ TEST_CASE("attention dropout: the lazy device runs it by flash with eager's mask
       for (const std::vector<Tensor>* want : {&eager1, &eager2}) {
         Tensor q = in.q.to(kLazy).detach().requires_grad_(), k = in.k.to(kLazy).detach().requires_grad_(),
                v = in.v.to(kLazy).detach().requires_grad_();
-        Tensor out = scaled_dot_product_attention(q, k, v, {.causal = causal, .dropout_p = kP});
+        Tensor out = scaled_dot_product_attention(q, k, v, with_dropout(causal));
         Tensor loss = sum(mul(out, in.g.to(kLazy)));
         if (cut) {
           CHECK(std::fabs(loss.item<double>() - sum(mul((*want)[0], in.g)).item<double>()) < 1e-3);
@@ -290,7 +294,7 @@ TEST_CASE("lazy: the CUDA backend runs attention with dropout by flash, with eag
     manual_seed(17);
     Tensor q = in.q.to(kLazy).detach().requires_grad_(), k = in.k.to(kLazy).detach().requires_grad_(),
            v = in.v.to(kLazy).detach().requires_grad_();
-    Tensor out = scaled_dot_product_attention(q, k, v, {.causal = causal, .dropout_p = kP});
+    Tensor out = scaled_dot_product_attention(q, k, v, with_dropout(causal));
     sum(mul(out, in.g.to(kLazy))).backward();
     lazy::mark_step();
     check_all({out, q.grad(), k.grad(), v.grad()}, eager);
