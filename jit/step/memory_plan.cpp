@@ -84,7 +84,9 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
       add(Impl::Kind::Fusion, b);
       P.steps.back().gemm = is_gemm_epilogue(b) ? gemm_operands(b) : 0;
     } else if (b.executor && b.executor != &eager_executor()) {
-      if (!b.is_fusion() || b.kernel) {
+      // A region without a kernel that its executor runs whole (a registered runner's).
+      const FusionExecutor* fu = b.executor->fusion();
+      if (!b.is_fusion() || b.kernel || (fu && fu->compiled(b))) {
         add(Impl::Kind::Other, b);
         continue;
       }
@@ -272,6 +274,13 @@ std::vector<Tensor> MemoryPlan::run(const Trace& trace, const std::vector<Tensor
       case Impl::Kind::Prim:
       case Impl::Kind::View:
       case Impl::Kind::Other: {
+        if (s.b.is_fusion()) {  // a region its executor runs whole (no OpCall of its own)
+          std::vector<Tensor> in;
+          for (int64_t id : s.args) in.push_back(v[static_cast<size_t>(id)]);
+          const std::vector<Tensor> outs = s.b.executor->execute(s.b, in, rng);
+          for (size_t j = 0; j < s.outs.size() && j < outs.size(); ++j) v[static_cast<size_t>(s.outs[j])] = outs[j];
+          break;
+        }
         OpCall c = s.b.call;
         size_t k = 0;
         for (Value& a : c.args)

@@ -22,6 +22,7 @@
 #include <volt/jit/codegen.h>
 #include <volt/jit/jit.h>
 #include <volt/jit/lazy/lazy.h>
+#include <volt/jit/rewrites/column_sum.h>
 #include <volt/jit/rewrites/gemm_epilogue.h>
 #include <volt/jit/step/step.h>
 #include <volt/nn/adamw.h>
@@ -55,13 +56,23 @@ int linear_row_regions(const jit::Trace& t, DType product) {
   return n;
 }
 
+// The regions of a trace that sum a bf16 value's columns in f32 (jit/rewrites/column_sum.h).
+int column_sum_regions(const jit::Trace& t) {
+  int n = 0;
+  for (const jit::BoundSymbol& b : t.bsyms) n += jit::is_bf16_column_sum(b) ? 1 : 0;
+  return n;
+}
+
 void check_traces(const std::vector<jit::Trace>& traces) {
   for (const jit::Trace& t : traces) CHECK_MESSAGE(jit::trace_problem(t) == "", t.provenance << ": " << jit::trace_problem(t));
 }
 
 // VOLT_JIT_WITHOUT for the scope: the lazy device compiles with the default pipeline.
+// (An empty name leaves every pass in.)
 struct WithoutPass {
-  explicit WithoutPass(const char* name) { setenv("VOLT_JIT_WITHOUT", name, 1); }
+  explicit WithoutPass(const std::string& name) {
+    if (!name.empty()) setenv("VOLT_JIT_WITHOUT", name.c_str(), 1);
+  }
   ~WithoutPass() { unsetenv("VOLT_JIT_WITHOUT"); }
 };
 
@@ -185,11 +196,15 @@ Tensor train_step(const LossFn& loss_of, nn::GPT& gpt, nn::AdamW& opt, const Ten
 struct Run {
   std::vector<double> losses;
   std::vector<Tensor> params;
-  int fused_rows = 0;  // row regions headed by a bf16 linear in the last compiled trace
+  int fused_rows = 0;   // row regions headed by a bf16 linear in the last compiled trace
+  int column_sums = 0;  // bf16 column-sum regions in it
 };
 
-Run finish(std::vector<double> losses, nn::GPT& gpt, int fused_rows) {
-  Run r{std::move(losses), {}, fused_rows};
+// last: the compiled trace (forward and backward), or the module jit's forward
+// and `backward` its backward (where the bias gradients are summed).
+Run finish(std::vector<double> losses, nn::GPT& gpt, const jit::Trace* last, const jit::Trace* backward = nullptr) {
+  Run r{std::move(losses), {}, last ? linear_row_regions(*last, DType::bf16) : 0,
+        backward ? column_sum_regions(*backward) : last ? column_sum_regions(*last) : 0};
   for (const Tensor& p : gpt.parameters()) r.params.push_back(p.detach().to(kCPU));
   return r;
 }
@@ -204,10 +219,12 @@ Run run_eager(const std::vector<Batch>& data) {
   };
   std::vector<double> losses;
   for (int i = 0; i < kSteps; ++i) losses.push_back(train_step(loss_of, *gpt, *opt, data[i].x, data[i].y).item<double>());
-  return finish(losses, *gpt, 0);
+  return finish(losses, *gpt, nullptr);
 }
 
-Run run_jit(const std::vector<Batch>& data, bool epilogues) {
+// Each run leaves out the pass named `without` ("" for none).
+Run run_jit(const std::vector<Batch>& data, const std::string& without) {
+  WithoutPass off(without);
   clear_autocast_cache();
   auto gpt = make_gpt();
   auto opt = make_opt(*gpt);
@@ -219,33 +236,33 @@ Run run_jit(const std::vector<Batch>& data, bool epilogues) {
   }
   jit::JitOptions o;
   o.autocast = DType::bf16;
-  if (!epilogues) o.pipeline.without = {"GEMM epilogues"};
   jit::JitFunction f([gpt](const std::vector<Tensor>& in) { return std::vector<Tensor>{gpt->forward(in[0], in[1]).loss}; },
                      {"idx", "targets"}, params, names, [gpt] { return gpt->is_training(); }, o);
   LossFn loss_of = [&](const Tensor& x, const Tensor& y) { return f({x, y}).at(0); };
   std::vector<double> losses;
   for (int i = 0; i < kSteps; ++i) losses.push_back(train_step(loss_of, *gpt, *opt, data[i].x, data[i].y).item<double>());
   check_traces(jit::last_traces(f));
-  return finish(losses, *gpt, linear_row_regions(jit::last_traces(f).back(), DType::bf16));
+  return finish(losses, *gpt, &jit::last_traces(f).back(), &jit::last_backward_traces(f).back());
 }
 
-Run run_step(const std::vector<Batch>& data, bool epilogues) {
+Run run_step(const std::vector<Batch>& data, const std::string& without) {
+  WithoutPass off(without);
   clear_autocast_cache();
   auto gpt = make_gpt();
   auto opt = make_opt(*gpt);
   LossFn loss_of = [&](const Tensor& x, const Tensor& y) { return gpt->forward(x, y).loss; };
   jit::StepOptions o{.state = {*gpt, *opt}};
   o.autocast = DType::bf16;
-  o.gemm_epilogues = epilogues;
   jit::CompiledStep step = jit::compile_step(
       [&](const Tensor& x, const Tensor& y) { return train_step(loss_of, *gpt, *opt, x, y); }, o);
   std::vector<double> losses;
   for (int i = 0; i < kSteps; ++i) losses.push_back(step(data[i].x, data[i].y).item<double>());
   check_traces(step.last_traces());
-  return finish(losses, *gpt, linear_row_regions(step.last_traces().back(), DType::bf16));
+  return finish(losses, *gpt, &step.last_traces().back());
 }
 
-Run run_lazy(const std::vector<Batch>& data) {
+Run run_lazy(const std::vector<Batch>& data, const std::string& without) {
+  WithoutPass off(without);
   lazy::mark_step();
   lazy::clear_cache();
   clear_autocast_cache();
@@ -261,10 +278,10 @@ Run run_lazy(const std::vector<Batch>& data) {
     losses.push_back(train_step(loss_of, *gpt, *opt, data[i].x.to(kLazy), data[i].y.to(kLazy)));
     lazy::mark_step();
   }
-  const int fused_rows = linear_row_regions(lazy::last_compiled_traces().back(), DType::bf16);
+  const jit::Trace last = lazy::last_compiled_traces().back();
   std::vector<double> values;
   for (const Tensor& l : losses) values.push_back(l.to(kCPU).item<double>());
-  Run r = finish(values, *gpt, fused_rows);
+  Run r = finish(values, *gpt, &last);
   lazy::clear_cache();
   return r;
 }
@@ -298,36 +315,28 @@ void check_near_eager(const Run& got, const Run& eager) {
 
 }  // namespace
 
-TEST_CASE("residual layernorm bf16: a GPT trained under the jit, compile_step and the lazy device, against the unfused program and eager") {
+TEST_CASE("residual layernorm bf16: a GPT trained under the jit, compile_step and the lazy device, against the program without each rewrite and eager") {
   const auto data = make_batches();
   const Run eager = run_eager(data);
-  // Per block: the attention's c_proj heads ln_2's region, the MLP's c_proj the
-  // next block's ln_1 (the last block's: ln_f).
-  SUBCASE("the module jit") {
-    const Run fused = run_jit(data, true), plain = run_jit(data, false);
+  using RunFn = Run (*)(const std::vector<Batch>&, const std::string&);
+  const std::pair<std::string, RunFn> modes[] = {{"module jit", run_jit}, {"compile_step", run_step}, {"lazy", run_lazy}};
+  for (const auto& [mode, run] : modes) {
+    CAPTURE(mode);
+    const Run fused = run(data, "");
+    // Per block: the attention's c_proj heads ln_2's region, the MLP's c_proj
+    // the next block's ln_1 (the last block's: ln_f).  Each of the 8 biases'
+    // gradients (c_attn, c_proj, c_fc, c_proj per block) is summed from bf16.
     CHECK(fused.fused_rows == 4);
-    CHECK(plain.fused_rows == 0);
-    check_same_bits(fused, plain);
+    CHECK(fused.column_sums == 8);
     check_near_eager(fused, eager);
-  }
-  SUBCASE("compile_step") {
-    const Run fused = run_step(data, true), plain = run_step(data, false);
-    CHECK(fused.fused_rows == 4);
-    CHECK(plain.fused_rows == 0);
-    check_same_bits(fused, plain);
-    check_near_eager(fused, eager);
-  }
-  SUBCASE("the lazy device") {
-    const Run fused = run_lazy(data);
-    Run plain;
-    {
-      WithoutPass off("GEMM epilogues");
-      plain = run_lazy(data);
-    }
-    CHECK(fused.fused_rows == 4);
-    CHECK(plain.fused_rows == 0);
-    check_same_bits(fused, plain);
-    check_near_eager(fused, eager);
+    const Run no_rows = run(data, "GEMM epilogues");
+    CHECK(no_rows.fused_rows == 0);
+    CHECK(no_rows.column_sums == 8);
+    check_same_bits(fused, no_rows);
+    const Run no_sums = run(data, "bf16 column sums");
+    CHECK(no_sums.fused_rows == 4);
+    CHECK(no_sums.column_sums == 0);
+    check_same_bits(fused, no_sums);
   }
   clear_autocast_cache();
 }
