@@ -24,6 +24,13 @@ size_t aligned_bytes(const Tensor& t) {
 
 // Where a GEMM epilogue region's GEMM writes: its f32 sums, whatever the
 // product's type (a bf16 product is rounded as the region's kernel loads it).
+// A region without a kernel that its fusion executor runs whole (a
+// registered runner's: jit/rewrites/column_sum.h).
+bool runs_whole(const BoundSymbol& b) {
+  const FusionExecutor* fu = b.executor ? b.executor->fusion() : nullptr;
+  return b.is_fusion() && !b.kernel && fu && fu->compiled(b);
+}
+
 Tensor gemm_sums(const BoundSymbol& region) {
   const Tensor& product = region.subsymbols.front().outputs.front();
   return Tensor::proxy(product.sizes(), DType::f32, product.device());
@@ -84,9 +91,7 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
       add(Impl::Kind::Fusion, b);
       P.steps.back().gemm = is_gemm_epilogue(b) ? gemm_operands(b) : 0;
     } else if (b.executor && b.executor != &eager_executor()) {
-      // A region without a kernel that its executor runs whole (a registered runner's).
-      const FusionExecutor* fu = b.executor->fusion();
-      if (!b.is_fusion() || b.kernel || (fu && fu->compiled(b))) {
+      if (!b.is_fusion() || b.kernel || runs_whole(b)) {
         add(Impl::Kind::Other, b);
         continue;
       }
