@@ -110,14 +110,25 @@ std::string store_value(DType t, const std::string& e) {
 }
 std::string round_value(DType t, const std::string& e) { return load_value(t, store_value(t, e)); }
 
-void emit_pointers(std::ostream& os, const BoundSymbol& f, const NameFn& name) {
+void emit_pointers(std::ostream& os, const BoundSymbol& f, const NameFn& name, bool sums_first) {
   size_t k = 0;
-  for (const Tensor& in : f.fusion_inputs)
+  for (const Tensor& in : f.fusion_inputs) {
+    if (sums_first && k == 0) {  // the first pointer: the f32 sums the value is rounded from
+      os << "  const float* in_" << name(in) << " = (const float*)args[" << k++ << "];  // f32 sums, rounded to "
+         << dtype_name(in.dtype()) << " on load\n";
+      continue;
+    }
     os << "  const " << memory_type(in.dtype()) << "* in_" << name(in) << " = (const " << memory_type(in.dtype())
        << "*)args[" << k++ << "];\n";
+  }
   for (const Tensor& o : f.outputs)
     os << "  " << memory_type(o.dtype()) << "* out_" << name(o) << " = (" << memory_type(o.dtype()) << "*)args["
        << k++ << "];\n";
+}
+
+std::string load_input(const BoundSymbol& f, const Tensor& in, const std::string& e, bool sums_first) {
+  const bool sums = sums_first && !f.fusion_inputs.empty() && id_of(in) == id_of(f.fusion_inputs.front());
+  return sums ? round_value(in.dtype(), e) : load_value(in.dtype(), e);
 }
 
 }  // namespace detail
@@ -130,31 +141,21 @@ using namespace detail;
 // counters less `rng_shift`.
 std::string render(const BoundSymbol& f, const std::string& kernel_name, const NameFn& name,
                    unsigned long long rng_shift, bool sums_first) {
-  if (is_row_region(f)) return render_rows(f, kernel_name, name, rng_shift);
+  if (is_row_region(f)) return render_rows(f, kernel_name, name, rng_shift, sums_first);
   const Shape& shape = f.subsymbols.front().outputs.front().sizes();
   std::ostringstream os;
   os << "VOLT_KERNEL(" << kernel_name << ") {\n";
   // Booleans are read and written as bytes (0 or 1) and held in the loop as
   // ints: GCC leaves a loop that loads, holds or stores a `bool` unvectorised
   // ("no vectype"), Philox draws and all.
-  std::ostringstream pointers;
-  emit_pointers(pointers, f, name);
-  std::string ptrs = pointers.str();
-  if (sums_first) {  // the first pointer: the f32 sums the value is rounded from
-    const Tensor& in = f.fusion_inputs.front();
-    const size_t eol = ptrs.find('\n');
-    ptrs = "  const float* in_" + name(in) + " = (const float*)args[0];  // f32 sums, rounded to " +
-           dtype_name(in.dtype()) + " on load" + ptrs.substr(eol);
-  }
-  os << ptrs;
+  emit_pointers(os, f, name, sums_first);
   os << "  VOLT_LOOP(i, n) {\n";
   // bf16 and f16 are loaded into float, every prim's result in them rounded
   // as eager mode stores it, and stored as bits (tensor/half.inc).
   for (const Tensor& in : f.fusion_inputs) {
     const std::string load = "in_" + name(in) + "[" + index_expr(in.sizes(), shape) + "]";
-    const bool sums = sums_first && id_of(in) == id_of(f.fusion_inputs.front());
-    os << "    const " << local_type(in.dtype()) << " " << name(in) << " = "
-       << (sums ? round_value(in.dtype(), load) : load_value(in.dtype(), load)) << ";\n";
+    os << "    const " << local_type(in.dtype()) << " " << name(in) << " = " << load_input(f, in, load, sums_first)
+       << ";\n";
   }
   for (const BoundSymbol& p : f.subsymbols) {
     const Tensor& out = p.outputs[0];
@@ -212,11 +213,9 @@ void run_host_kernel(const FusedKernel& kernel, long long n, void* const* args, 
 
 std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& f, const ProxyNames& names, bool sums_first) {
   VOLT_CHECK(!f.subsymbols.empty(), f.fusion_name, "a fusion region without prims");
-  VOLT_CHECK(!sums_first || (!f.fusion_inputs.empty() && is_half(f.fusion_inputs.front().dtype()) &&
-                             !is_row_region(f)),
+  VOLT_CHECK(!sums_first || (!f.fusion_inputs.empty() && is_half(f.fusion_inputs.front().dtype())),
              f.fusion_name,
-             "reads its first input as f32 sums rounded on load: an elementwise region whose first input is bf16 or "
-             "f16 (got "
+             "reads its first input as f32 sums rounded on load: a region whose first input is bf16 or f16 (got "
                  << (f.fusion_inputs.empty() ? std::string("no input") : f.fusion_inputs.front().meta_str()) << ")");
   // bf16 and f16: in elementwise prims of any region (host C++ and CUDA; a
   // row region's reductions read f32 or f64 only: is_row_reduction), no draws.

@@ -70,10 +70,10 @@ unsigned row_kernel_threads(long long row_len);
 
 // Generates the kernel of a fusion region (fusion_inputs, subsymbols, outputs).
 // sums_first: the region's first input is a bf16/f16 value that the kernel
-// reads as the f32 sums it was rounded from, and rounds on load, once, as the
-// op making it would have stored it (a GEMM's product in the GEMM's store,
-// jit/rewrites/gemm_epilogue.h); its pointer is `const float*`.  An
-// elementwise region only.
+// reads as the f32 sums it was rounded from, and rounds on load as the op
+// making it would have stored it (a GEMM's product in the GEMM's store,
+// jit/rewrites/gemm_epilogue.h); its pointer is `const float*`.  A row
+// kernel rounds it in each pass over a row that reads it (the same value).
 std::shared_ptr<FusedKernel> generate_kernel(const BoundSymbol& region, const ProxyNames& names,
                                              bool sums_first = false);
 

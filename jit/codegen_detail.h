@@ -27,12 +27,17 @@ std::string load_value(DType t, const std::string& e);
 std::string round_value(DType t, const std::string& e);
 std::string store_value(DType t, const std::string& e);
 // `const T* in_x = (const T*)args[k];` for each input, then each output's pointer.
-void emit_pointers(std::ostream& os, const BoundSymbol& f, const NameFn& name);
+// sums_first: the first input is `const float*`, the f32 sums its bf16/f16
+// value is rounded from on load (generate_kernel's sums_first).
+void emit_pointers(std::ostream& os, const BoundSymbol& f, const NameFn& name, bool sums_first = false);
+// The value of input `in` loaded by expression `e`: converted from its bits,
+// or, for the first input of a sums_first kernel, rounded from its f32 sum.
+std::string load_input(const BoundSymbol& f, const Tensor& in, const std::string& e, bool sums_first);
 
 // A row region's kernel function (codegen_rows.cpp), and the definitions a
 // row kernel needs on each device, appended to the preludes.
 std::string render_rows(const BoundSymbol& f, const std::string& kernel_name, const NameFn& name,
-                        unsigned long long rng_shift);
+                        unsigned long long rng_shift, bool sums_first = false);
 const char* host_row_prelude();
 const char* cuda_row_prelude();
 

@@ -129,20 +129,21 @@ std::string acc_init(const BoundSymbol& p) {
 
 class RowRenderer {
  public:
-  RowRenderer(const BoundSymbol& f, const NameFn& name, unsigned long long rng_shift)
-      : f_(f), name_(name), shift_(rng_shift), R_(analyse(f)) {
+  RowRenderer(const BoundSymbol& f, const NameFn& name, unsigned long long rng_shift, bool sums_first)
+      : f_(f), name_(name), shift_(rng_shift), sums_first_(sums_first), R_(analyse(f)) {
     for (const Tensor& o : f.outputs) outputs_.insert(id_of(o));
     for (const Tensor& in : f.fusion_inputs) inputs_.insert(id_of(in));
   }
 
   std::string render(const std::string& kernel_name) {
     os_ << "VOLT_ROW_KERNEL(" << kernel_name << ") {\n";
-    emit_pointers(os_, f_, name_);
+    emit_pointers(os_, f_, name_, sums_first_);
     os_ << "  VOLT_ROWS(r) {\n";
     for (const Tensor& in : f_.fusion_inputs)
       if (row(in))
         os_ << "    const " << local_type(in.dtype()) << " " << name_(in) << " = "
-            << load_value(in.dtype(), "in_" + name_(in) + "[" + index_expr(padded(in.sizes()), R_.row_shape, "r") + "]")
+            << load_input(f_, in, "in_" + name_(in) + "[" + index_expr(padded(in.sizes()), R_.row_shape, "r") + "]",
+                          sums_first_)
             << ";\n";
     emit_row_prims(0);
     int last = -1;  // the pass that writes the element outputs
@@ -229,7 +230,7 @@ class RowRenderer {
     for (const Tensor& in : f_.fusion_inputs)
       if (!row(in) && need.count(id_of(in)))
         os_ << "      const " << local_type(in.dtype()) << " " << name_(in) << " = "
-            << load_value(in.dtype(), "in_" + name_(in) + "[" + element_index(in.sizes()) + "]") << ";\n";
+            << load_input(f_, in, "in_" + name_(in) + "[" + element_index(in.sizes()) + "]", sums_first_) << ";\n";
     for (const BoundSymbol* p : body) os_ << "      " << define(*p) << "\n";
     for (const BoundSymbol* p : reductions) {
       const std::string acc = "acc_" + name_(p->outputs[0]), v = name_(p->call.args[0].tensor);
@@ -264,6 +265,7 @@ class RowRenderer {
   const BoundSymbol& f_;
   const NameFn& name_;
   unsigned long long shift_;
+  bool sums_first_;  // the first input is read as f32 sums and rounded on load (generate_kernel)
   RowRegion R_;
   std::unordered_set<int64_t> outputs_, inputs_;
   std::ostringstream os_;
@@ -272,8 +274,8 @@ class RowRenderer {
 }  // namespace
 
 std::string render_rows(const BoundSymbol& f, const std::string& kernel_name, const NameFn& name,
-                        unsigned long long rng_shift) {
-  return RowRenderer(f, name, rng_shift).render(kernel_name);
+                        unsigned long long rng_shift, bool sums_first) {
+  return RowRenderer(f, name, rng_shift, sums_first).render(kernel_name);
 }
 
 // Shared by both devices: the extremes a max or min starts from, and

@@ -59,6 +59,13 @@ std::vector<RegionRunner>& region_runners() {
 
 void register_region_runner(RegionRunner runner) { region_runners().push_back(runner); }
 
+bool CpuFusionExecutor::compiled(const BoundSymbol& f) const {
+  if (f.kernel) return f.kernel->fn != nullptr;
+  for (const RegionRunner& r : region_runners())
+    if (r.takes(f)) return true;
+  return false;
+}
+
 std::vector<Tensor> CpuFusionExecutor::run_fusion(const BoundSymbol& f, const std::vector<Tensor>& inputs,
                                                   const PhiloxState& rng) const {
   for (const RegionRunner& r : region_runners())

@@ -23,14 +23,16 @@ class CpuFusionExecutor final : public FusionExecutor {
   bool can_fuse(const BoundSymbol& prim) const override;
   std::string prefix() const override { return "cpuFusion"; }
   bool compile(Trace& t) const override;
-  bool compiled(const BoundSymbol& fusion) const override { return fusion.kernel && fusion.kernel->fn; }
+  // Its kernel is loaded, or it has none and a runner takes it (below).
+  bool compiled(const BoundSymbol& fusion) const override;
   std::vector<Tensor> run_fusion(const BoundSymbol& fusion, const std::vector<Tensor>& inputs,
                                  const PhiloxState& rng) const override;
   KernelStats kernel_stats() const override;
 };
 
 // A region some rewrite made that cpu-fusion runs otherwise than as one
-// elementwise kernel (jit/rewrites/gemm_epilogue.h: in its product's store).
+// elementwise kernel (jit/rewrites/gemm_epilogue.h: in its product's store;
+// jit/rewrites/column_sum.h: a region with no generated kernel at all).
 // Registered at start-up by the rewrite; the first runner that takes a region runs it.
 struct RegionRunner {
   bool (*takes)(const BoundSymbol& region);

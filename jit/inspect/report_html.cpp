@@ -271,19 +271,30 @@ std::string rewrite_note(const BoundSymbol& region, const ProxyNames* n) {
   if (!is_gemm_epilogue(region)) return "";
   const BoundSymbol& gemm = region.subsymbols.front();
   const std::string product = n && !gemm.outputs.empty() ? n->name(gemm.outputs.front()) : "the product";
+  const std::string p = html_escape(product);
+  std::string how;
+  if (gemm.outputs.front().dtype() != DType::f32)  // a bf16/f16 linear (autocast's forward)
+    how = ": the GEMM makes " + p + " whole, as f32 sums (the bias added in f32), into a scratch buffer, and the " +
+          std::string(is_row_region(region) ? "row kernel" : "kernel") + " at right reads each sum and rounds it to " +
+          dtype_name(gemm.outputs.front().dtype()) + " as it loads <code>in_" + p +
+          "</code>: the same values the linear would have stored, without the rounded product in memory.";
+  else if (gemm.call.op == OpId::matmul && gemm.call.attrs.flag)  // a bf16 matmul keeping its f32 sums
+    how = ": the GEMM makes " + p + " whole into a scratch buffer, and the kernel at right reads it from there.";
+  else
+    how = ": where the product is large the GEMM makes " + p + " a block at a time (a linear) or in chunks of rows "
+          "(a weight gradient at a small batch), and the kernel at right runs on each while it is still in cache, so "
+          "<code>in_" + p + "</code> is that part of the product; a small one is made whole, then the kernel runs.";
   return "<p class=\"note rewrite\">The rewrite <b>GEMM epilogues</b> (jit/rewrites/gemm_epilogue.h) put this "
-         "region's elementwise prims into the store of its " + html_escape(op_name(gemm.call)) +
-         ": the GEMM makes " + html_escape(product) + " a block at a time, and the kernel at right runs on each "
-         "block while it is still in cache, so <code>in_" + html_escape(product) + "</code> is that block of the "
-         "product, never a tensor in memory.  Without the rewrite (VOLT_JIT_REWRITES=0) the GEMM writes " +
-         html_escape(product) + " whole and a separate fused kernel reads it back.</p>\n";
+         "region's prims after its " + html_escape(op_name(gemm.call)) + how + "  Without the rewrite "
+         "(VOLT_JIT_REWRITES=0) the GEMM writes " + p + " whole and a separate fused kernel reads it back.</p>\n";
 }
 
 // What a named rewrite pass does, beside its trace in the pass list.
 std::string pass_note(const std::string& provenance) {
   if (provenance == "GEMM epilogues")
-    return "A rewrite for speed: the elementwise work that reads a CPU matmul's or linear's output moves into "
-           "that GEMM's store (the region begins with the GEMM). VOLT_JIT_REWRITES=0 leaves it out.";
+    return "A rewrite for speed: the fused region that reads a CPU matmul's or linear's output (its elementwise "
+           "work, or under bf16 autocast a LayerNorm's row region) begins with that GEMM, in the GEMM's store "
+           "where that pays. VOLT_JIT_REWRITES=0 leaves it out.";
   if (provenance == "Convolution and ReLU")
     return "A rewrite for speed: relu(convolution(...)) becomes one convolution with relu=True, the ReLU "
            "applied to each output tile as the convolution's GEMM stores it. VOLT_JIT_REWRITES=0 leaves it out.";

@@ -51,6 +51,13 @@ bool plain_gemm(const BoundSymbol& b) {
 // A bf16 linear: its region's kernel rounds the f32 sums on load.
 bool rounds_on_load(const BoundSymbol& gemm) { return gemm.outputs[0].dtype() != DType::f32; }
 
+// The shape a row region's reductions read (its rows are that shape's innermost dim).
+const Shape& row_shape(const BoundSymbol& region) {
+  for (const BoundSymbol& p : region.subsymbols)
+    if (is_row_reduction(p)) return p.call.args[0].tensor.sizes();
+  VOLT_FAIL(region.fusion_name, "is not a row region");
+}
+
 // The parts of a region that share no value it makes: union-find over its prims.
 std::vector<int> components(const BoundSymbol& r) {
   const size_t n = r.subsymbols.size();
@@ -174,7 +181,10 @@ void run_bf16_linear(const BoundSymbol& region, const Tensor* operands, float* p
   VOLT_CHECK(!bias || (operands[2].dim() == 1 && operands[2].dtype() == DType::bf16 && operands[2].size(0) == w.size(0)),
              region.fusion_name, "expects a bf16 bias of " << w.size(0) << ", got " << operands[2].meta_str());
   cpu::bf16_linear_sums(x, w, bias ? &operands[2] : nullptr, product);
-  run_host_kernel(*region.kernel, x.numel() / x.size(-1) * w.size(0), args, rng_seed, rng_offset);
+  // An elementwise kernel runs over the product's elements, a row kernel (a
+  // LayerNorm reading the product) over its rows of w.size(0).
+  const int64_t rows = x.numel() / x.size(-1);
+  run_host_kernel(*region.kernel, region.kernel->row_len > 0 ? rows : rows * w.size(0), args, rng_seed, rng_offset);
 }
 
 }  // namespace
@@ -287,14 +297,18 @@ Trace gemm_epilogue_pass(const Trace& t) {
   std::unordered_map<size_t, std::vector<BoundSymbol>> replace;  // region index -> what takes its place
   for (size_t i = 0; i < t.bsyms.size(); ++i) {
     const BoundSymbol& r = t.bsyms[i];
-    if (!r.is_fusion() || r.executor != &cpu_fusion_executor() || !r.kernel || r.kernel->row_len > 0) continue;
-    const Shape& shape = r.subsymbols.front().outputs.front().sizes();
+    if (!r.is_fusion() || r.executor != &cpu_fusion_executor() || !r.kernel) continue;
+    // A row region (a LayerNorm, say) is taken by a bf16 linear only, whose
+    // product has the shape its rows are reduced over; an elementwise one by any.
+    const bool rows = r.kernel->row_len > 0;
+    const Shape& shape = rows ? row_shape(r) : r.subsymbols.front().outputs.front().sizes();
     const std::vector<int> comp = components(r);
     // The component reading each candidate product, and each component's products.
     std::map<int, std::vector<int64_t>> products;
     for (const Tensor& in : r.fusion_inputs) {
       auto g = gemm_of.find(id_of(in));
       if (g == gemm_of.end() || uses[id_of(in)] != 1 || in.sizes() != shape || moved.count(g->second)) continue;
+      if (rows && !rounds_on_load(t.bsyms[g->second])) continue;
       std::unordered_set<int> readers;
       for (size_t k = 0; k < r.subsymbols.size(); ++k)
         for (const Tensor& a : tensor_args(r.subsymbols[k]))
@@ -317,6 +331,9 @@ Trace gemm_epilogue_pass(const Trace& t) {
       for (const BoundSymbol& p : part)
         for (const Tensor& a : tensor_args(p)) shares = shares || operands.count(id_of(a)) > 0;
       if (shares || operands.size() != tensor_args(gemm).size()) continue;
+      // A row region is taken whole (what another part of it would leave is
+      // not always a region of its own: row values, their expands).
+      if (rows && part.size() != r.subsymbols.size()) continue;
       taken.insert(c);
       // The update alone (the product an input) gives the kernel.
       // A region taken whole keeps its name; a part of one gets a new name.

@@ -64,6 +64,13 @@
 // region's launch.  The product is made whole, then the kernel runs (the
 // bf16 GEMM has no store to run it in).
 //
+// A block's residual add after a bf16 projection, x + proj(h), sits in the
+// next LayerNorm's row region (jit/codegen_rows.cpp), which a bf16 linear
+// heads in the same way: the row kernel reads the f32 sums of proj(h) and
+// rounds each on load, adds x, writes the sum once as the new residual and
+// normalises it in the same pass over the row.  (An f32 linear heads no row
+// region: its product is an f32 array either way, there is nothing to save.)
+//
 // Applies to CPU fusion regions only, to a 2-D f32 matmul, an f32 or bf16
 // linear (its input of 2 or more dims: the rows of a (B, T, C) are one
 // matrix), or a 2-D bf16 matmul with f32 sums, whose

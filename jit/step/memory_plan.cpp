@@ -24,6 +24,13 @@ size_t aligned_bytes(const Tensor& t) {
 
 // Where a GEMM epilogue region's GEMM writes: its f32 sums, whatever the
 // product's type (a bf16 product is rounded as the region's kernel loads it).
+// A region without a kernel that its fusion executor runs whole (a
+// registered runner's: jit/rewrites/column_sum.h).
+bool runs_whole(const BoundSymbol& b) {
+  const FusionExecutor* fu = b.executor ? b.executor->fusion() : nullptr;
+  return b.is_fusion() && !b.kernel && fu && fu->compiled(b);
+}
+
 Tensor gemm_sums(const BoundSymbol& region) {
   const Tensor& product = region.subsymbols.front().outputs.front();
   return Tensor::proxy(product.sizes(), DType::f32, product.device());
@@ -84,7 +91,7 @@ MemoryPlan::MemoryPlan(const Trace& t, size_t num_state, size_t num_outputs, con
       add(Impl::Kind::Fusion, b);
       P.steps.back().gemm = is_gemm_epilogue(b) ? gemm_operands(b) : 0;
     } else if (b.executor && b.executor != &eager_executor()) {
-      if (!b.is_fusion() || b.kernel) {
+      if (!b.is_fusion() || b.kernel || runs_whole(b)) {
         add(Impl::Kind::Other, b);
         continue;
       }
@@ -272,6 +279,13 @@ std::vector<Tensor> MemoryPlan::run(const Trace& trace, const std::vector<Tensor
       case Impl::Kind::Prim:
       case Impl::Kind::View:
       case Impl::Kind::Other: {
+        if (s.b.is_fusion()) {  // a region its executor runs whole (no OpCall of its own)
+          std::vector<Tensor> in;
+          for (int64_t id : s.args) in.push_back(v[static_cast<size_t>(id)]);
+          const std::vector<Tensor> outs = s.b.executor->execute(s.b, in, rng);
+          for (size_t j = 0; j < s.outs.size() && j < outs.size(); ++j) v[static_cast<size_t>(s.outs[j])] = outs[j];
+          break;
+        }
         OpCall c = s.b.call;
         size_t k = 0;
         for (Value& a : c.args)

@@ -5,6 +5,7 @@
 #include <limits>
 #include <type_traits>
 
+#include <volt/tensor/cpu/column_sums.h>
 #include <volt/tensor/cpu/kernels.h>
 #include <volt/tensor/cpu/loops.h>
 
@@ -26,6 +27,13 @@ T fmin_nan(T a, T b) {
   return a < b ? a : b;
 }
 
+// An element as the sum adds it: a bf16 widened to f32 (exactly), else as it is.
+template <class T>
+inline auto widened(T v) {
+  if constexpr (std::is_same_v<T, BF16>) return v.to_float();
+  else return v;
+}
+
 // o[j] = sum over i < rows of in[i, j] (row stride `cols`), for j in [j0, j1),
 // each column added in row order.  Blocks of kBlock columns keep their sums
 // in registers across all rows (a bias gradient: (B*T, n) -> (n)); adding
@@ -40,14 +48,14 @@ void sum_columns(const T* in, int64_t rows, int64_t cols, int64_t j0, int64_t j1
     for (int64_t i = 0; i < rows; ++i) {
       const T* row = in + i * cols + j;
 #pragma omp simd
-      for (int64_t c = 0; c < kBlock; ++c) s[c] += static_cast<Acc>(row[c]);
+      for (int64_t c = 0; c < kBlock; ++c) s[c] += static_cast<Acc>(widened(row[c]));
     }
     for (int64_t c = 0; c < kBlock; ++c) o[j + c] = s[c];
   }
   if (j == j1) return;
   for (int64_t i = 0; i < rows; ++i) {
     const T* row = in + i * cols;
-    for (int64_t c = j; c < j1; ++c) o[c] += static_cast<Acc>(row[c]);
+    for (int64_t c = j; c < j1; ++c) o[c] += static_cast<Acc>(widened(row[c]));
   }
 }
 
@@ -201,6 +209,16 @@ void run_reduce(const OpCall& call, Tensor& out) {
 
 void reduce_kernel(const OpCall& call, Tensor& out) {
   VOLT_DISPATCH_DTYPE(call.args[0].tensor.dtype(), [&] { run_reduce<scalar_t>(call, out); });
+}
+
+void sum_bf16_columns(const BF16* in, int64_t rows, int64_t cols, float* out) {
+  // As run_reduce sums an f32 (rows, cols) over its leading dim: each column
+  // one f64 chain in row order, one thread's, then rounded to f32 once.
+  std::vector<double> acc(static_cast<size_t>(cols), 0.0);
+  double* o = acc.data();
+  cpu::parallel_for(cols, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(rows, 1)),
+                    [&](int64_t j0, int64_t j1) { sum_columns(in, rows, cols, j0, j1, o); });
+  for (int64_t j = 0; j < cols; ++j) out[j] = static_cast<float>(acc[static_cast<size_t>(j)]);
 }
 
 }  // namespace volt::cpu
