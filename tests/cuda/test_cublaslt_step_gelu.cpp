@@ -48,6 +48,7 @@ struct GeluSteps {
   std::vector<double> losses;
   std::vector<Tensor> updates;  // each parameter's change over the steps, on the CPU
   std::string trace;
+  size_t nodes = 0;
 };
 
 // Three compiled SGD steps of sum(mlp(x) * r) under autocast to t on `device`.
@@ -75,6 +76,7 @@ GeluSteps step_gelu_mlp(Device device, DType t, const char* approximate, bool pa
   const std::vector<Tensor> params = net->parameters();
   for (size_t i = 0; i < params.size(); ++i) s.updates.push_back(sub(params[i].detach().to(Device::cpu()), before[i]));
   s.trace = step.last_trace_str();
+  s.nodes = step.graph_kernel_nodes();
   return s;
 }
 
@@ -124,7 +126,10 @@ TEST_CASE("cuda: compile_step under autocast takes the recorded tanh GELU into G
       worst = std::max(worst, max_abs_diff(gpu.updates[i], cpu.updates[i]) / (unit(t) * s));
     }
     MESSAGE(std::string(dtype_name(t)) << ": losses up to " << worst_loss << " from the CPU's, parameter changes up to "
-                                       << worst << " units of their scale");
+                                       << worst << " units of their scale; graph nodes " << gpu.nodes << " ("
+                                       << plain.nodes << " without the pass)");
+    // The two GELUs' forward kernels gone; the backward's regions as many as before.
+    if (cuda::simulated_counters()) CHECK(plain.nodes - gpu.nodes == 2);
   }
 }
 
