@@ -46,9 +46,21 @@
 // if still read, becomes le(t5, 0.0), moved to just before its first reader
 // (the backward's where(t4, 0.0, g)), so that the backward's fused region
 // makes it and the forward has no kernel left for the activation.  A
-// returned mask stays where it was.  Their recorded GELU backward reads the
-// pre-activation and the decomposition's inner values, so GELU is not taken
-// there (its input has other readers).
+// returned mask stays where it was.  Their tanh GELU is its decomposition's
+// nine prims on y (under autocast on convert(y, f32), cast back after), and
+// the recorded backward reads y and inner values (tanh's output, y^2, ...):
+//
+//   (t14, t3) = cublas_linear_gelu_aux(t0, t1, t2)  # the cast back, and y
+//   ...                                             # backward, then just before its first reader:
+//   t4 = convert_element_type(t3, f32); t5 = mul(t4, t4); ...; t12 = mul(t4, 0.5)
+//
+// The fused line makes the chain's last value and y beside it (GELU_AUX);
+// the inner values still read are made again from y by their own lines,
+// moved to just before their first reader (the backward's fused region then
+// makes them).  The AUX output is y as the unfused GEMM rounds it, so the
+// backward computes what the unfused program's does.  On the lazy device an
+// f32 op's scalars are run-time inputs (jit/lazy/record.cpp), so its f32
+// GELU (autocast's included) cannot be told from another formula: not taken.
 //
 // What it takes:
 //   - a linear of an input x (*, k) (leading dims flattened, as cublas_linear
@@ -323,10 +335,168 @@ BoundSymbol fused(const Symbol& sym, const BoundSymbol& line, const BoundSymbol&
   return f;
 }
 
+// What the pass does to a trace: lines replaced, dropped, and put before others.
+struct Rewrite {
+  std::unordered_map<size_t, BoundSymbol> replace;  // line -> its new form
+  std::unordered_set<size_t> drop;
+  std::unordered_map<size_t, std::vector<BoundSymbol>> before;  // line -> lines to put before it
+};
+
+using Readers = std::unordered_map<int64_t, std::vector<size_t>>;  // value -> the top-level lines reading it
+
+// The recorded ReLU (mask, select) after linear line i: one cublas_linear_relu.
+bool take_recorded_relu(const Trace& t, Readers& readers, const std::unordered_set<int64_t>& pinned, size_t i,
+                        Rewrite& w) {
+  const BoundSymbol& lin = *lt_linear(t.bsyms[i]);
+  const int64_t y = id_of(lin.outputs[0]);
+  const std::optional<RecordedRelu> rr = recorded_relu(t, readers[y], y);
+  if (!rr) return false;
+  const size_t g = rr->mask, s = rr->select;
+  const Tensor& mask = t.bsyms[g].outputs[0];
+  const Tensor& out = t.bsyms[s].outputs[0];
+  w.replace[i] = fused(symbols().relu, t.bsyms[i], lin, out);
+  w.drop.insert(s);
+  // The mask from the output, if anything still reads it: just before its
+  // first reader (the backward's where), whose fused region then makes
+  // it, rather than a forward kernel of its own; where it is returned,
+  // where it was.
+  w.drop.insert(g);
+  size_t first = t.bsyms.size();
+  for (size_t k : readers[id_of(mask)])
+    if (k != s) first = std::min(first, k);
+  if (first == t.bsyms.size() && !pinned.count(id_of(mask))) return true;
+  BoundSymbol m;
+  m.call = sole_prim(t.bsyms[g])->call;
+  m.call.args[0] = Value(out);
+  m.outputs = {mask};
+  m.top_level_prim = true;
+  m.scope = t.bsyms[g].scope;
+  w.before[pinned.count(id_of(mask)) ? g : first].push_back(std::move(m));
+  return true;
+}
+
+// An argument pattern: a value (id >= 0) or a literal scalar.
+struct Arg {
+  int64_t id = -1;
+  double c = 0;
+};
+Arg val(const Tensor& v) { return {id_of(v), 0}; }
+Arg lit(double c) { return {-1, c}; }
+
+// The first top-level line reading `from` whose sole prim is op(args).
+std::optional<size_t> line_of(const Trace& t, Readers& readers, int64_t from, OpId op, const std::vector<Arg>& args) {
+  for (size_t k : readers[from]) {
+    const BoundSymbol* p = sole_prim(t.bsyms[k]);
+    if (!p || p->call.op != op || p->call.args.size() != args.size()) continue;
+    bool ok = true;
+    for (size_t a = 0; a < args.size() && ok; ++a) {
+      const Value& v = p->call.args[a];
+      ok = args[a].id >= 0 ? v.is_tensor && v.tensor.defined() && id_of(v.tensor) == args[a].id
+                           : !v.is_tensor && v.scalar.value == args[a].c;
+    }
+    if (ok) return k;
+  }
+  return std::nullopt;
+}
+
+// gelu(x, "tanh") as compile_step and the lazy device record it: its
+// decomposition (tensor/transformer_ops.cpp) on x, nine prims,
+//   a = x x;  b = a x;  c = b 0.044715;  d = x + c;  e = d sqrt(2/pi);
+//   th = tanh(e);  p = th + 1;  h = x 0.5;  out = h p
+// and, under autocast, x = convert(y, f32) before them and convert(out, y's
+// dtype) after.  The chain's lines in trace order and the line making the
+// value the fused line takes over (the cast back, or out).
+struct RecordedGelu {
+  std::vector<size_t> lines;
+  size_t last = 0;
+};
+
+std::optional<RecordedGelu> recorded_gelu(const Trace& t, Readers& readers, const std::unordered_set<int64_t>& pinned,
+                                          const Tensor& y) {
+  RecordedGelu r;
+  Tensor x = y;
+  if (is_half(y.dtype()))
+    for (size_t k : readers[id_of(y)])
+      if (is_convert(sole_prim(t.bsyms[k]), id_of(y), DType::f32)) {
+        r.lines.push_back(k);
+        x = t.bsyms[k].outputs[0];
+        break;
+      }
+  const double k = std::sqrt(2.0 / M_PI);
+  std::optional<size_t> a, b, c, d, e, th, p, h, out;
+  auto made = [&](const std::optional<size_t>& line) { return val(t.bsyms[*line].outputs[0]); };
+  if (!(a = line_of(t, readers, id_of(x), OpId::mul, {val(x), val(x)})) ||
+      !(b = line_of(t, readers, id_of(x), OpId::mul, {made(a), val(x)})) ||
+      !(c = line_of(t, readers, made(b).id, OpId::mul, {made(b), lit(0.044715)})) ||
+      !(d = line_of(t, readers, id_of(x), OpId::add, {val(x), made(c)})) ||
+      !(e = line_of(t, readers, made(d).id, OpId::mul, {made(d), lit(k)})) ||
+      !(th = line_of(t, readers, made(e).id, OpId::tanh, {made(e)})) ||
+      !(p = line_of(t, readers, made(th).id, OpId::add, {made(th), lit(1.0)})) ||
+      !(h = line_of(t, readers, id_of(x), OpId::mul, {val(x), lit(0.5)})) ||
+      !(out = line_of(t, readers, made(h).id, OpId::mul, {made(h), made(p)})))
+    return std::nullopt;
+  for (const std::optional<size_t>& l : {a, b, c, d, e, th, p, h, out}) r.lines.push_back(*l);
+  r.last = *out;
+  const Tensor& z = t.bsyms[*out].outputs[0];
+  if (z.dtype() != y.dtype()) {
+    // In f32 under autocast: its one reader casts it back to y's dtype.
+    const std::optional<size_t> down = sole_reader(readers, pinned, id_of(z));
+    if (!down || !is_convert(sole_prim(t.bsyms[*down]), id_of(z), y.dtype())) return std::nullopt;
+    r.lines.push_back(*down);
+    r.last = *down;
+  }
+  std::sort(r.lines.begin(), r.lines.end());
+  return r;
+}
+
+// The recorded tanh GELU after linear line i: the fused line makes the
+// chain's last value and, where anything else reads y or an inner value (the
+// backward does), y beside it (GELU_AUX).  The inner values still read are
+// made again from y by their own lines (y itself, bit for bit as the unfused
+// GEMM rounds it), moved to just before their first reader: the backward
+// computes as the unfused program did, and its fused region makes them.
+bool take_recorded_gelu(const Trace& t, Readers& readers, const std::unordered_set<int64_t>& pinned, size_t i,
+                        Rewrite& w) {
+  const BoundSymbol& lin = *lt_linear(t.bsyms[i]);
+  const Tensor& y = lin.outputs[0];
+  const std::optional<RecordedGelu> g = recorded_gelu(t, readers, pinned, y);
+  if (!g) return false;
+  const std::unordered_set<size_t> chain(g->lines.begin(), g->lines.end());
+  for (size_t l : g->lines)
+    if (l != g->last && pinned.count(id_of(t.bsyms[l].outputs[0]))) return false;
+  auto read_outside = [&](int64_t id) {
+    for (size_t k : readers[id])
+      if (!chain.count(k)) return true;
+    return false;
+  };
+  // The chain's lines whose values are read outside it, and the lines they read.
+  std::unordered_set<size_t> again;
+  for (size_t l = g->lines.size(); l-- > 0;) {
+    const size_t line = g->lines[l];
+    if (line == g->last) continue;
+    bool needed = read_outside(id_of(t.bsyms[line].outputs[0]));
+    for (size_t r : readers[id_of(t.bsyms[line].outputs[0])]) needed = needed || again.count(r);
+    if (needed) again.insert(line);
+  }
+  size_t first = t.bsyms.size();
+  for (size_t line : again)
+    for (size_t k : readers[id_of(t.bsyms[line].outputs[0])])
+      if (!chain.count(k)) first = std::min(first, k);
+  const bool aux = !again.empty() || read_outside(id_of(y));
+  BoundSymbol f = fused(aux ? symbols().gelu_aux : symbols().gelu, t.bsyms[i], lin, t.bsyms[g->last].outputs[0]);
+  if (aux) f.outputs.push_back(y);
+  w.replace[i] = std::move(f);
+  for (size_t line : g->lines) {
+    w.drop.insert(line);
+    if (again.count(line)) w.before[first].push_back(t.bsyms[line]);
+  }
+  return true;
+}
+
 void activation_pass(std::vector<Trace>& traces) {
   auto t0 = Clock::now();
   const Trace& t = traces.back();
-  std::unordered_map<int64_t, std::vector<size_t>> readers;  // value -> the top-level lines reading it
+  Readers readers;
   const std::unordered_set<int64_t> pinned = pinned_values(t);  // returned, or read by a guard
   std::vector<size_t> linears;
   for (size_t i = 0; i < t.bsyms.size(); ++i) {
@@ -336,9 +506,7 @@ void activation_pass(std::vector<Trace>& traces) {
   // Only a trace with such a linear opens the library (it is large).
   if (linears.empty() || !vc::cublas_lt()) return;
 
-  std::unordered_map<size_t, BoundSymbol> replace;  // line -> its new form
-  std::unordered_set<size_t> drop;
-  std::unordered_map<size_t, std::vector<BoundSymbol>> before;  // line -> lines to put before it
+  Rewrite w;
   for (size_t i : linears) {
     const BoundSymbol& lin = *lt_linear(t.bsyms[i]);
     const int64_t y = id_of(lin.outputs[0]);
@@ -348,51 +516,33 @@ void activation_pass(std::vector<Trace>& traces) {
       const BoundSymbol& r = t.bsyms[rs[0]];
       if (r.is_fusion() || r.executor || r.outputs.size() != 1) continue;
       if (r.call.op == OpId::relu) {
-        replace[i] = fused(symbols().relu, t.bsyms[i], lin, r.outputs[0]);
-      } else if (r.call.op == OpId::gelu && r.call.attrs.flag) {  // tanh only: never the exact (erf) gelu
-        replace[i] = fused(symbols().gelu, t.bsyms[i], lin, r.outputs[0]);
-      } else if (const std::optional<AutocastGelu> a = autocast_gelu(t, readers, pinned, lin.outputs[0], rs[0])) {
-        // Under autocast: the cast back's output, in the linear's dtype.
-        replace[i] = fused(symbols().gelu, t.bsyms[i], lin, t.bsyms[a->down].outputs[0]);
-        drop.insert(a->act);
-        drop.insert(a->down);
-      } else {
+        w.replace[i] = fused(symbols().relu, t.bsyms[i], lin, r.outputs[0]);
+        w.drop.insert(rs[0]);
         continue;
       }
-      drop.insert(rs[0]);
-    } else if (const std::optional<RecordedRelu> rr = recorded_relu(t, rs, y)) {
-      const size_t g = rr->mask, s = rr->select;
-      const Tensor& mask = t.bsyms[g].outputs[0];
-      const Tensor& out = t.bsyms[s].outputs[0];
-      replace[i] = fused(symbols().relu, t.bsyms[i], lin, out);
-      drop.insert(s);
-      // The mask from the output, if anything still reads it: just before its
-      // first reader (the backward's where), whose fused region then makes
-      // it, rather than a forward kernel of its own; where it is returned,
-      // where it was.
-      drop.insert(g);
-      size_t first = t.bsyms.size();
-      for (size_t k : readers[id_of(mask)])
-        if (k != s) first = std::min(first, k);
-      if (first == t.bsyms.size() && !pinned.count(id_of(mask))) continue;
-      BoundSymbol m;
-      m.call = sole_prim(t.bsyms[g])->call;
-      m.call.args[0] = Value(out);
-      m.outputs = {mask};
-      m.top_level_prim = true;
-      m.scope = t.bsyms[g].scope;
-      before[pinned.count(id_of(mask)) ? g : first].push_back(std::move(m));
+      if (r.call.op == OpId::gelu && r.call.attrs.flag) {  // tanh only: never the exact (erf) gelu
+        w.replace[i] = fused(symbols().gelu, t.bsyms[i], lin, r.outputs[0]);
+        w.drop.insert(rs[0]);
+        continue;
+      }
+      if (const std::optional<AutocastGelu> a = autocast_gelu(t, readers, pinned, lin.outputs[0], rs[0])) {
+        // Under autocast: the cast back's output, in the linear's dtype.
+        w.replace[i] = fused(symbols().gelu, t.bsyms[i], lin, t.bsyms[a->down].outputs[0]);
+        for (size_t d : {rs[0], a->act, a->down}) w.drop.insert(d);
+        continue;
+      }
     }
+    if (!take_recorded_relu(t, readers, pinned, i, w)) (void)take_recorded_gelu(t, readers, pinned, i, w);
   }
-  if (replace.empty()) return;
+  if (w.replace.empty()) return;
   Trace r = t;
   r.bsyms.clear();
   for (size_t j = 0; j < t.bsyms.size(); ++j) {
-    if (auto it = before.find(j); it != before.end())
+    if (auto it = w.before.find(j); it != w.before.end())
       for (BoundSymbol& b : it->second) r.bsyms.push_back(std::move(b));
-    if (drop.count(j)) continue;
-    auto it = replace.find(j);
-    r.bsyms.push_back(it != replace.end() ? it->second : t.bsyms[j]);
+    if (w.drop.count(j)) continue;
+    auto it = w.replace.find(j);
+    r.bsyms.push_back(it != w.replace.end() ? it->second : t.bsyms[j]);
   }
   r.provenance = "cuBLASLt activation epilogue";
   r.millis = ms_since(t0);
