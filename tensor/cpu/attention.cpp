@@ -235,23 +235,40 @@ void backward_tiles(const BackwardArgs<T>& a, const Dims& d, const FlashParams& 
   }
 }
 
+// D = rowsum(dO o O) of rows [0, L), O read in its own type (a 16-bit O
+// widened exactly as each element is read: the f32 kernel's sums on widened O).
+template <class T, class TO>
+void row_dots(const T* dO, const TO* O, int64_t L, int64_t Ev, T* D) {
+  for (int64_t i = 0; i < L; ++i) {
+    const TO* o = O + i * Ev;
+    T sum = 0;
+    for (int64_t e = 0; e < Ev; ++e) {
+      if constexpr (std::is_same_v<T, TO>)
+        sum += dO[i * Ev + e] * o[e];
+      else
+        sum += dO[i * Ev + e] * o[e].to_float();
+    }
+    D[i] = sum;
+  }
+}
+
 // One backward task: every gradient of head bh (`a`: its slices).  Per key
 // block and block of kBr query rows: the tiles of backward_tiles, then
 //   dV_blk += (P o Z)^T dO_rows,  dQ_rows += dS K_blk,  dK_blk += dS^T Q_rows.
+// D: rowsum(dO o O) given by the caller, or null: computed here from a.O.
 template <class T>
-void backward_head(const BackwardArgs<T>& a, const Dims& d, const FlashParams& p, int64_t bh) {
+void backward_head(const BackwardArgs<T>& a, const Dims& d, const FlashParams& p, int64_t bh,
+                   const T* D = nullptr) {
   const T *Qh = a.Q, *Kh = a.K, *Vh = a.V, *dOh = a.dO;
   T *dQh = a.dQ, *dKh = a.dK, *dVh = a.dV;
   std::fill(dQh, dQh + d.L * d.E, T(0));
   std::fill(dKh, dKh + d.S * d.E, T(0));
   std::fill(dVh, dVh + d.S * d.Ev, T(0));
   BackwardScratch<T> w(d);
-  for (int64_t i = 0; i < d.L; ++i) {  // D = rowsum(dO o O)
-    const T* o = a.O + i * d.Ev;
-    T sum = 0;
-    for (int64_t e = 0; e < d.Ev; ++e) sum += dOh[i * d.Ev + e] * o[e];
-    w.D[i] = sum;
-  }
+  if (D)
+    std::copy(D, D + d.L, w.D.begin());
+  else
+    row_dots(dOh, a.O, d.L, d.Ev, w.D.data());
   const DropoutMask<T> drop(p, bh, d.L, d.S);
   for (int64_t j0 = 0; j0 < d.S; j0 += kBc) {
     const int64_t n = std::min(kBc, d.S - j0);
@@ -320,6 +337,7 @@ void narrow(const float* src, H* dst, int64_t n) {
 }
 
 // A thread's f32 buffers for one head, grown as needed and kept between calls.
+// o: the forward's output; in backward, D = rowsum(dO o O) of the head.
 struct HeadBuffers {
   std::vector<float> q, k, v, o, g, dq, dk, dv;
 };
@@ -359,7 +377,8 @@ std::vector<Tensor> forward_half(const Tensor& q, const Tensor& k, const Tensor&
   return {out, lse};
 }
 
-// One task a head: the output's gradient, q, k, v and out widened, dq, dk and dv rounded.
+// One task a head: the output's gradient, q, k and v widened, out read where it
+// lies for D = rowsum(dO o O) (its only use), dq, dk and dv rounded.
 template <class H>
 std::vector<Tensor> backward_half(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& out, const Tensor& lse, const FlashParams& p) {
@@ -373,14 +392,14 @@ std::vector<Tensor> backward_half(const Tensor& g, const Tensor& q, const Tensor
   parallel_tasks(d.BH, [&](int64_t bh) {
     HeadBuffers& b = head_buffers();
     const int64_t nq = d.L * d.E, nk = d.S * d.E, nv = d.S * d.Ev, no = d.L * d.Ev;
-    float *gf = sized(b.g, no), *qf = sized(b.q, nq), *kf = sized(b.k, nk), *vf = sized(b.v, nv), *of = sized(b.o, no);
-    float *dqf = sized(b.dq, nq), *dkf = sized(b.dk, nk), *dvf = sized(b.dv, nv);
+    float *gf = sized(b.g, no), *qf = sized(b.q, nq), *kf = sized(b.k, nk), *vf = sized(b.v, nv);
+    float *dqf = sized(b.dq, nq), *dkf = sized(b.dk, nk), *dvf = sized(b.dv, nv), *D = sized(b.o, d.L);
     widen(G + bh * no, gf, no);
     widen(Q + bh * nq, qf, nq);
     widen(K + bh * nk, kf, nk);
     widen(V + bh * nv, vf, nv);
-    widen(O + bh * no, of, no);
-    backward_head<float>({gf, qf, kf, vf, of, Lse + bh * d.L, dqf, dkf, dvf}, d, p, bh);
+    row_dots(gf, O + bh * no, d.L, d.Ev, D);
+    backward_head<float>({gf, qf, kf, vf, nullptr, Lse + bh * d.L, dqf, dkf, dvf}, d, p, bh, D);
     narrow(dqf, dQ + bh * nq, nq);
     narrow(dkf, dK + bh * nk, nk);
     narrow(dvf, dV + bh * nv, nv);

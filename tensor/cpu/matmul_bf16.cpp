@@ -4,7 +4,9 @@
 // (out_dtype=f32) keeps the f32 sums.  A B operand that is a kept weight
 // (gemm_amx_weights.h) is packed once per value on the AMX path.  The f32
 // sums of a bf16 result go through a buffer of the calling thread, kept
-// between calls (no tensor allocated per product).
+// between calls (no tensor allocated per product).  The bias is added row by
+// row in parallel, and for a bf16 output in the same pass that rounds the row
+// (one pass over the sums, not two): the same f32 additions and roundings.
 #include <algorithm>
 #include <vector>
 
@@ -44,23 +46,43 @@ void batched(const Tensor& a0, const Tensor& b0, const Tensor& out, float* o) {
   }
 }
 
-// o (*, n) f32 = x (*, k) w^T (+ bias), x, w and bias bf16.
-void linear(const Tensor& x0, const Tensor& w, const Tensor* bias, float* o) {
+// The bias widened once (exactly) into a buffer of the calling thread.
+const float* wide_bias(const Tensor& bias, int64_t n) {
+  const Tensor b = bias.contiguous();
+  thread_local std::vector<float> wide;
+  wide.resize(static_cast<size_t>(n));
+  bf16_to_f32(static_cast<const BF16*>(b.raw_data()), wide.data(), n);
+  return wide.data();
+}
+
+// Rows [0, m) of o (m, n) f32: bias pb added (pb null: none), then, where dst
+// is given, each row rounded into dst while it is in cache.  Rows in parallel.
+void finish_rows(float* o, int64_t m, int64_t n, const float* pb, BF16* dst) {
+  if (!pb && !dst) return;
+  parallel_for(m, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n)), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      float* row = o + i * n;
+      if (pb)
+        for (int64_t j = 0; j < n; ++j) row[j] += pb[j];
+      if (dst) f32_to_bf16(row, dst + i * n, n);
+    }
+  });
+}
+
+// o (*, n) f32 = x (*, k) w^T, x and w bf16; the rows' count.
+int64_t linear_product(const Tensor& x0, const Tensor& w, float* o) {
   const Tensor x = x0.dim() == 2 ? x0 : x0.contiguous().reshape({-1, x0.size(-1)});
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
   product(static_cast<const BF16*>(x.raw_data()), m, k, x.stride(0), x.stride(1), w,
           static_cast<const BF16*>(w.raw_data()), n, w.stride(1), w.stride(0), o, n);
-  if (!bias) return;
-  // The bias widened once (exactly), then added row by row: a vector loop.
-  const Tensor b = bias->contiguous();
-  thread_local std::vector<float> wide;
-  wide.resize(static_cast<size_t>(n));
-  bf16_to_f32(static_cast<const BF16*>(b.raw_data()), wide.data(), n);
-  const float* pb = wide.data();
-  for (int64_t i = 0; i < m; ++i) {
-    float* row = o + i * n;
-    for (int64_t j = 0; j < n; ++j) row[j] += pb[j];
-  }
+  return m;
+}
+
+// o (*, n) f32 = x (*, k) w^T (+ bias), x, w and bias bf16; where dst is
+// given, o's rows are also rounded into dst (bf16, contiguous).
+void linear(const Tensor& x, const Tensor& w, const Tensor* bias, float* o, BF16* dst = nullptr) {
+  const int64_t m = linear_product(x, w, o), n = w.size(0);
+  finish_rows(o, m, n, bias ? wide_bias(*bias, n) : nullptr, dst);
 }
 
 // The calling thread's buffer for the f32 sums, grown as needed.
@@ -84,14 +106,15 @@ bool run_bf16_matmul(const OpCall& call, Tensor& out) {
   const bool plain = out.is_contiguous();  // else through an f32 tensor and convert_half
   Tensor wide = plain ? Tensor() : Tensor::empty(out.sizes(), DType::f32, kCPU);
   float* sums = plain ? sums_buffer(numel) : static_cast<float*>(wide.raw_data());
-  if (call.op == OpId::matmul) batched(call.args[0].tensor, call.args[1].tensor, out, sums);
-  else linear(call.args[0].tensor, call.args[1].tensor, call.args.size() == 3 ? &call.args[2].tensor : nullptr, sums);
-  if (!plain) {
-    convert_half(wide, out);
-    return true;
+  BF16* dst = plain ? static_cast<BF16*>(out.raw_data()) : nullptr;
+  if (call.op == OpId::matmul) {
+    batched(call.args[0].tensor, call.args[1].tensor, out, sums);
+    if (dst)
+      parallel_for(numel, kParallelGrain, [&](int64_t i0, int64_t i1) { f32_to_bf16(sums + i0, dst + i0, i1 - i0); });
+  } else {
+    linear(call.args[0].tensor, call.args[1].tensor, call.args.size() == 3 ? &call.args[2].tensor : nullptr, sums, dst);
   }
-  BF16* dst = static_cast<BF16*>(out.raw_data());
-  parallel_for(numel, kParallelGrain, [&](int64_t i0, int64_t i1) { f32_to_bf16(sums + i0, dst + i0, i1 - i0); });
+  if (!plain) convert_half(wide, out);
   return true;
 }
 

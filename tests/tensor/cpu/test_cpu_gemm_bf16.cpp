@@ -15,6 +15,7 @@
 
 #include <volt/tensor/cpu/gemm_amx.h>
 #include <volt/tensor/cpu/gemm_bf16.h>
+#include <volt/tensor/cpu/matmul_bf16.h>
 #include <volt/tensor/cpu/threads.h>
 #include <volt/tensor/factories.h>
 #include <volt/tensor/ops.h>
@@ -292,6 +293,62 @@ TEST_CASE("bf16 matmul and linear: one rounding of the f32 sums, batched, vector
     close(x.grad(), matmul(ones({2, 9, 11}, kF64), w.detach().to(kF64)));
   }
   CHECK_THROWS_WITH_AS(matmul(a, b.to(kF32)), doctest::Contains("matmul"), volt::Error);
+}
+
+namespace {
+
+// The bf16 GEMM's own sums (gemm_bf16, called here) plus the bias in f32,
+// each rounded by the scalar rule: what a bf16 linear stores, bit for bit.
+std::vector<uint16_t> linear_bits_ref(const Tensor& x2, const Tensor& w, const Tensor* bias, std::vector<float>& sums) {
+  const int64_t m = x2.size(0), k = x2.size(1), n = w.size(0);
+  sums.assign(static_cast<size_t>(m * n), 0.0f);
+  gemm_bf16(static_cast<const BF16*>(x2.raw_data()), m, k, k, 1, static_cast<const BF16*>(w.raw_data()), n, 1, k,
+            sums.data(), n);
+  std::vector<uint16_t> bits(sums.size());
+  const BF16* b = bias ? static_cast<const BF16*>(bias->raw_data()) : nullptr;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float& s = sums[static_cast<size_t>(i * n + j)];
+      if (b) s += b[j].to_float();
+      bits[static_cast<size_t>(i * n + j)] = BF16::from_float(s).bits;
+    }
+  return bits;
+}
+
+std::vector<uint16_t> bits_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  const auto* p = static_cast<const uint16_t*>(c.raw_data());
+  return std::vector<uint16_t>(p, p + c.numel());
+}
+
+}  // namespace
+
+TEST_CASE("bf16 linear: bias added and rows rounded in one parallel pass, bit for bit the sums rounded") {
+  const int threads = num_threads();
+  manual_seed(14);
+  // 600 rows of 130: enough elements for the rows to be split between threads.
+  const Tensor x = randn({4, 150, 70}, kBF16), w = randn({130, 70}, kBF16), bias = randn({130}, kBF16);
+  const Tensor x2 = x.reshape({600, 70});
+  for (Bf16Gemm p : paths())
+    for (int t : {1, 2}) {
+      PathGuard guard(p);
+      set_num_threads(t);
+      CAPTURE(bf16_gemm_name(p));
+      CAPTURE(t);
+      std::vector<float> ref_sums;
+      const std::vector<uint16_t> with_bias = linear_bits_ref(x2, w, &bias, ref_sums);
+      const Tensor y = linear(x, w, bias);
+      REQUIRE(y.sizes() == Shape{4, 150, 130});
+      CHECK(bits_of(y) == with_bias);
+      // The epilogue's f32 sums: the same additions, not rounded.
+      std::vector<float> sums(ref_sums.size());
+      bf16_linear_sums(x, w, &bias, sums.data());
+      CHECK(sums == ref_sums);
+      const std::vector<uint16_t> without = linear_bits_ref(x2, w, nullptr, ref_sums);
+      CHECK(bits_of(linear(x, w)) == without);
+      CHECK(bits_of(matmul(x2, w.t())) == without);
+    }
+  set_num_threads(threads);
 }
 
 TEST_CASE("bf16 GEMM child: runs on the path VOLT_BF16_GEMM names" * doctest::skip()) {
