@@ -26,8 +26,10 @@
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 #include "tests/error_of.h"
+#include "tensor/reference.h"
 
 using namespace volt;
+using volt::testing::same_bits;
 using volt::testing::error_of;
 
 namespace {
@@ -44,11 +46,6 @@ data::ImageDataset images(int64_t n, std::vector<data::Transform> transforms = {
   }
   Tensor pixels = Tensor::from_vector<uint8_t>(px, {n, 2, 3});
   return data::ImageDataset(pixels, Tensor::from_vector(y), std::move(transforms));
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.sizes() == b.sizes() && a.dtype() == b.dtype() &&
-         std::memcmp(a.contiguous().raw_data(), b.contiguous().raw_data(), a.numel() * dtype_size(a.dtype())) == 0;
 }
 
 // Every batch of `epochs` epochs, in order.

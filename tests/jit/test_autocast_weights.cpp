@@ -24,19 +24,16 @@
 #include <volt/tensor/factories.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
+#include "tensor/reference.h"
 
 using namespace volt;
+using volt::testing::same_bits;
 using volt::testing::error_of;
 
 namespace {
 
 // x rounded to bf16 as the cast rounds it, as doubles.
 std::vector<double> bf16_values(const Tensor& x) { return convert_element_type(x, kBF16).to_vector<double>(); }
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.sizes() == b.sizes() &&
-         std::memcmp(a.contiguous().raw_data(), b.contiguous().raw_data(), a.numel() * dtype_size(a.dtype())) == 0;
-}
 
 // y (m, n) = x (m, k) w (n, k)^T in f64, from the given values.
 std::vector<double> linear_f64(const std::vector<double>& x, const std::vector<double>& w, int64_t m, int64_t k,

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -17,6 +18,13 @@
 #include "tests/compare.h"
 
 namespace volt::testing {
+
+// Whether two tensors (on any device) hold the same dtype, shape and bytes.
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
+  const Tensor ca = a.to(kCPU).contiguous(), cb = b.to(kCPU).contiguous();
+  return std::memcmp(ca.raw_data(), cb.raw_data(), static_cast<size_t>(ca.numel()) * dtype_size(ca.dtype())) == 0;
+}
 
 // A bf16 or f16 tensor's 16-bit patterns, in row-major order.
 inline std::vector<uint16_t> bits16(const Tensor& t) {

@@ -14,6 +14,7 @@
 #include <volt/tensor/factories.h>
 #include <volt/tensor/ops.h>
 #include "tests/tensor/reference.h"
+#include "tensor/reference.h"
 
 using namespace volt;
 using namespace volt::testing;
@@ -66,12 +67,6 @@ Tensor naive_conv(const Case& g, const Tensor& x, const Tensor& w, const Tensor&
           y[size_t(((n * g.o + o) * oh + i) * ow + j)] = s;
         }
   return Tensor::from_vector<double>(y, {g.n, g.o, oh, ow});
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
-  const Tensor ca = a.contiguous(), cb = b.contiguous();
-  return std::memcmp(ca.raw_data(), cb.raw_data(), size_t(ca.numel()) * dtype_size(ca.dtype())) == 0;
 }
 
 Tensor by_parts(OpId op, std::vector<Value> args, std::vector<int64_t> ints, bool relu = false) {

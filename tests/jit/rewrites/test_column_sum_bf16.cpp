@@ -16,16 +16,12 @@
 #include <volt/tensor/factories.h>
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
+#include "tensor/reference.h"
 
 using namespace volt;
+using volt::testing::same_bits;
 
 namespace {
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
-  const Tensor ca = a.contiguous(), cb = b.contiguous();
-  return std::memcmp(ca.raw_data(), cb.raw_data(), static_cast<size_t>(ca.numel()) * dtype_size(ca.dtype())) == 0;
-}
 
 // Column j of g (rows = the product of its first `lead` dims): the widened
 // elements added in row order in f64, rounded to f32 once.

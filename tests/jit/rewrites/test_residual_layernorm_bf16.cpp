@@ -36,15 +36,10 @@
 #include "tensor/reference.h"
 
 using namespace volt;
+using volt::testing::same_bits;
 using volt::testing::max_abs_diff;
 
 namespace {
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
-  const Tensor ca = a.to(kCPU).contiguous(), cb = b.to(kCPU).contiguous();
-  return std::memcmp(ca.raw_data(), cb.raw_data(), static_cast<size_t>(ca.numel()) * dtype_size(ca.dtype())) == 0;
-}
 
 // The row regions of a trace that begin with a linear, by its product's dtype.
 int linear_row_regions(const jit::Trace& t, DType product) {

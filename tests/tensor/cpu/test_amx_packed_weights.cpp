@@ -27,16 +27,13 @@
 #include <volt/tensor/ops.h>
 #include <volt/tensor/random.h>
 #include <volt/tensor/storage.h>
+#include "tensor/reference.h"
 
 using namespace volt;
+using volt::testing::same_bits;
 using namespace volt::cpu;
 
 namespace {
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.sizes() == b.sizes() &&
-         std::memcmp(a.contiguous().raw_data(), b.contiguous().raw_data(), a.numel() * dtype_size(a.dtype())) == 0;
-}
 
 struct PackedOff {  // kept weights packed for every product, for one scope
   PackedOff() { set_amx_packed_weights_enabled(false); }
